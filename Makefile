@@ -1,0 +1,63 @@
+# dispatch: `make up` runs the service, `make test` installs what it needs and runs the whole suite.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PORT ?= 8000
+VAR := var
+RUN := $(VAR)/run
+TEST_DATABASE_URL ?= postgres://dispatch:dispatch@127.0.0.1:25432/dispatch
+TEST_REDIS_URL ?= redis://127.0.0.1:26379/1
+
+.PHONY: help venv up down status test lint bench cluster-build cluster-up cluster-down
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: requirements.lock pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is needed)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.lock
+	touch $@
+
+venv: $(VENV)/.installed ## create the virtualenv and install the pinned dependencies
+
+cluster-build: ## compile the local Kubernetes control plane (cached under ~/.cache/dispatch-cluster)
+	scripts/cluster build
+
+cluster-up: cluster-build ## start the local control plane (prints its kubeconfig)
+	scripts/cluster up
+
+cluster-down: ## stop the local control plane
+	scripts/cluster down
+
+up: venv ## run web, worker and beat in the background (SQLite, local Redis, local cluster unless KUBECONFIG is set)
+	@scripts/up
+
+down: ## stop exactly what `make up` started
+	@scripts/down
+
+status: ## what runs
+	@scripts/services status || true
+	@scripts/cluster status || true
+	@for f in $(RUN)/*.pid; do [[ -f $$f ]] || continue; p=$$(cat $$f); if kill -0 $$p 2>/dev/null; then echo "$$(basename $$f .pid): running (pid $$p)"; else echo "$$(basename $$f .pid): stopped"; fi; done
+
+lint: venv ## ruff, formatting, migrations and mypy
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	DATABASE_URL=sqlite:///$(VAR)/lint.sqlite3 $(PY) manage.py makemigrations --check --dry-run
+	$(VENV)/bin/mypy .
+
+test: venv ## install and start PostgreSQL, Redis and the local cluster, then lint and run the whole suite
+	scripts/services up
+	scripts/cluster build
+	$(MAKE) --no-print-directory lint
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+bench: venv ## benchmarks: a report of ratios measured side by side in one run
+	scripts/services up
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) scripts/bench.py

@@ -1,0 +1,39 @@
+"""Typed errors from the gateway. Transient ones may be retried with backoff; the rest are final."""
+
+from __future__ import annotations
+
+
+class ClusterError(Exception):
+    """Base class; `target` names the object as kind namespace/name (or kind/name when cluster-scoped)."""
+
+    transient = False
+
+    def __init__(self, target: str, message: str, *, status: int | None = None) -> None:
+        self.target = target
+        self.message = message
+        self.status = status
+        super().__init__(f"{target}: {message}")
+
+
+class ClusterUnavailable(ClusterError):
+    """The API server could not be reached or answered 5xx/429: try again later."""
+
+    transient = True
+
+
+class NotFound(ClusterError):
+    pass
+
+
+class AlreadyExists(ClusterError):
+    pass
+
+
+class Rejected(ClusterError):
+    """The API server or an admission webhook refused the request (4xx): retrying will not help."""
+
+
+class Conflict(ClusterError):
+    """A write raced with another writer (409 on update): re-read and try again."""
+
+    transient = True

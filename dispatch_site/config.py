@@ -1,0 +1,147 @@
+"""Configuration from the environment: typed, with safe defaults and one clear error per bad value.
+
+Kept free of Django imports so `manage.py` can report a bad setting in one line before Django starts.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+LOCAL_CLUSTER_KUBECONFIG = VAR_DIR / "cluster" / "admin.kubeconfig"
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off", "")
+
+
+class ConfigError(Exception):
+    """A setting that cannot be used; the message names the variable and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Config:
+    debug: bool
+    secret_key: str
+    allowed_hosts: tuple[str, ...]
+    database: dict[str, Any]
+    database_url: str
+    redis_url: str
+    kubeconfig: str  # "" means in-cluster configuration
+    log_level: str
+    kube_timeout_seconds: float
+
+
+def _parse_bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in TRUE_WORDS:
+        return True
+    if value in FALSE_WORDS:
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean (use one of: 1, 0, true, false, yes, no)")
+
+
+def _parse_database(url: str) -> dict[str, Any]:
+    import dj_database_url
+
+    scheme = urlparse(url).scheme
+    if scheme not in ("sqlite", "postgres", "postgresql", "pgsql"):
+        raise ConfigError(
+            f"DATABASE_URL={url!r} is not supported: use postgres://user:pass@host:port/name or sqlite:///path"
+        )
+    try:
+        database: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=60))
+    except ValueError as exc:
+        raise ConfigError(f"DATABASE_URL={url!r} cannot be parsed: {exc}") from None
+    if database["ENGINE"].endswith("sqlite3"):
+        database["CONN_MAX_AGE"] = 0
+        # SQLite serialises writers; a busy timeout lets the web and worker processes share it.
+        database["OPTIONS"] = {"timeout": 20}
+    elif not database.get("NAME"):
+        raise ConfigError(f"DATABASE_URL={url!r} names no database")
+    return database
+
+
+def _parse_redis_url(url: str) -> str:
+    parsed = urlparse(url)
+    if parsed.scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(f"REDIS_URL={url!r} is not a redis:// URL")
+    if parsed.scheme != "unix" and not parsed.hostname:
+        raise ConfigError(f"REDIS_URL={url!r} names no host")
+    try:
+        parsed.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise ConfigError(f"REDIS_URL={url!r} has an invalid port") from None
+    return url
+
+
+def _development_secret_key() -> str:
+    """A key generated once per checkout, so sessions survive restarts during development."""
+    path = VAR_DIR / "secret_key"
+    if path.exists():
+        return path.read_text().strip()
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(50)
+    path.write_text(key)
+    path.chmod(0o600)
+    return key
+
+
+def load_config(environ: Mapping[str, str] | None = None) -> Config:
+    env = os.environ if environ is None else environ
+    debug = _parse_bool("DEBUG", env.get("DEBUG", "true"))
+
+    secret_key = env.get("SECRET_KEY", "")
+    if not secret_key:
+        if not debug:
+            raise ConfigError("SECRET_KEY is required when DEBUG is off")
+        secret_key = _development_secret_key()
+
+    hosts_raw = env.get("ALLOWED_HOSTS", "127.0.0.1,localhost" if not debug else "*")
+    allowed_hosts = tuple(h.strip() for h in hosts_raw.split(",") if h.strip())
+    if not allowed_hosts:
+        raise ConfigError("ALLOWED_HOSTS is empty: name at least one host, e.g. dispatch.example.com")
+
+    database_url = env.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'dispatch.sqlite3'}")
+    database = _parse_database(database_url)
+    redis_url = _parse_redis_url(env.get("REDIS_URL", "redis://127.0.0.1:26379/0"))
+
+    kubeconfig = env.get("KUBECONFIG", "")
+    if kubeconfig:
+        first = kubeconfig.split(os.pathsep)[0]
+        if not Path(first).is_file():
+            raise ConfigError(f"KUBECONFIG={kubeconfig!r}: no such file")
+    elif LOCAL_CLUSTER_KUBECONFIG.is_file() and "KUBERNETES_SERVICE_HOST" not in env:
+        # The local control plane from `scripts/cluster up`, when nothing else is configured.
+        kubeconfig = str(LOCAL_CLUSTER_KUBECONFIG)
+
+    log_level = env.get("LOG_LEVEL", "INFO").upper()
+    if log_level not in LOG_LEVELS:
+        raise ConfigError(f"LOG_LEVEL={log_level!r} is not one of {', '.join(LOG_LEVELS)}")
+
+    timeout_raw = env.get("KUBE_TIMEOUT_SECONDS", "10")
+    try:
+        kube_timeout = float(timeout_raw)
+    except ValueError:
+        raise ConfigError(f"KUBE_TIMEOUT_SECONDS={timeout_raw!r} is not a number") from None
+    if kube_timeout <= 0:
+        raise ConfigError(f"KUBE_TIMEOUT_SECONDS={timeout_raw!r} must be positive")
+
+    return Config(
+        debug=debug,
+        secret_key=secret_key,
+        allowed_hosts=allowed_hosts,
+        database=database,
+        database_url=database_url,
+        redis_url=redis_url,
+        kubeconfig=kubeconfig,
+        log_level=log_level,
+        kube_timeout_seconds=kube_timeout,
+    )

@@ -1,0 +1,54 @@
+"""Who may submit where, and what everybody did: namespace grants and the audit log."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.db import models
+from django.db.models import Q
+
+
+class NamespaceGrant(models.Model):
+    """Lets a user, or every member of a group, submit jobs into a namespace ("*" grants every namespace)."""
+
+    namespace = models.CharField(max_length=63)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="namespace_grants"
+    )
+    group = models.ForeignKey(
+        Group, null=True, blank=True, on_delete=models.CASCADE, related_name="namespace_grants"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(user__isnull=False, group__isnull=True) | Q(user__isnull=True, group__isnull=False)),
+                name="namespace_grant_user_xor_group",
+            ),
+            models.UniqueConstraint(fields=["namespace", "user"], name="namespace_grant_unique_user"),
+            models.UniqueConstraint(fields=["namespace", "group"], name="namespace_grant_unique_group"),
+        ]
+
+    def __str__(self) -> str:
+        who = self.user or self.group
+        return f"{who} -> {self.namespace}"
+
+
+class AuditEvent(models.Model):
+    """One action somebody took: append-only, read by the platform role."""
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    actor_name = models.CharField(max_length=150)  # kept when the user is deleted
+    action = models.CharField(max_length=64, db_index=True)
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=255)
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["object_type", "object_id"])]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.object_type}/{self.object_id}"

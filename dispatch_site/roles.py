@@ -1,0 +1,62 @@
+"""Roles are groups: `platform` curates runtimes and site settings, `oncall` reads every job and may cancel.
+
+Every authenticated user may submit into the namespaces granted to them (NamespaceGrant).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from django.db.models import Q
+from django.http import HttpRequest
+
+PLATFORM = "platform"
+ONCALL = "oncall"
+USER = "user"
+ROLES = (PLATFORM, ONCALL, USER)
+ALL_NAMESPACES = "*"
+
+AnyUser = AbstractBaseUser | AnonymousUser
+
+
+def _group_names(user: AnyUser) -> set[str]:
+    if not user.is_authenticated:
+        return set()
+    cached: set[str] | None = getattr(user, "_dispatch_groups", None)
+    if cached is None:
+        cached = set(User.groups.through.objects.filter(user_id=user.pk).values_list("group__name", flat=True))
+        user._dispatch_groups = cached  # type: ignore[union-attr]
+    return cached
+
+
+def is_platform(user: AnyUser) -> bool:
+    return bool(user.is_authenticated and (getattr(user, "is_superuser", False) or PLATFORM in _group_names(user)))
+
+
+def is_oncall(user: AnyUser) -> bool:
+    return ONCALL in _group_names(user)
+
+
+def can_read_all_jobs(user: AnyUser) -> bool:
+    return is_platform(user) or is_oncall(user)
+
+
+def granted_namespaces(user: AnyUser) -> set[str]:
+    """The namespaces the user may submit into; contains "*" when every namespace is granted."""
+    from dispatch_site.models import NamespaceGrant
+
+    if not user.is_authenticated:
+        return set()
+    grants = NamespaceGrant.objects.filter(Q(user_id=user.pk) | Q(group__user__id=user.pk))
+    return set(grants.values_list("namespace", flat=True))
+
+
+def may_submit_to(user: AnyUser, namespace: str) -> bool:
+    namespaces = granted_namespaces(user)
+    return namespace in namespaces or ALL_NAMESPACES in namespaces
+
+
+def roles_context(request: HttpRequest) -> dict[str, Any]:
+    user = request.user
+    return {"is_platform": is_platform(user), "is_oncall": is_oncall(user)}

@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from dispatch_site import health, views
+
+api_v1 = [
+    path("me", views.MeApi.as_view(), name="me"),
+    path("audit", views.AuditListApi.as_view(), name="audit-list"),
+    path("", include("runtimes.urls_api")),
+    path("", include("jobs.urls_api")),
+]
+
+dashboard = [
+    path("audit/", views.audit_page, name="audit"),
+    path("", include("runtimes.urls")),
+    path("", include("jobs.urls")),
+]
+
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="dashboard:jobs", permanent=False)),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/v1/", include((api_v1, "api"), namespace="api")),
+    path("", include((dashboard, "dashboard"), namespace="dashboard")),
+]

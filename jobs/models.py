@@ -1,0 +1,131 @@
+"""Jobs (what a user submitted) and executions (each TrainJob run of a job, attempt 1, 2, ...)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class JobState(models.TextChoices):
+    REFUSED = "refused"
+    PENDING = "pending"  # accepted, not yet created in the cluster
+    QUEUED = "queued"  # created, waiting for admission or scheduling
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"  # the cluster could not be read: last known state and since when
+
+
+TERMINAL_STATES = frozenset({JobState.REFUSED, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+ACTIVE_STATES = frozenset({JobState.PENDING, JobState.QUEUED, JobState.RUNNING, JobState.UNKNOWN})
+
+
+class Cause(models.TextChoices):
+    PREEMPTED = "preempted"
+    NODE_LOST = "node-lost"
+    OOM = "oom"
+    TIMEOUT = "timeout"
+    NO_CAPACITY = "no-capacity"
+    IMAGE_PULL = "image-pull"
+    EVICTED = "evicted"
+    CONFIG_ERROR = "config-error"
+    APP_ERROR = "app-error"
+    RUNTIME_MISSING = "runtime-missing"
+    IDENTITY_VIOLATION = "identity-violation"
+    CANCELLED = "cancelled"
+
+
+def _new_job_id() -> str:
+    from jobs.naming import new_job_id
+
+    return new_job_id()
+
+
+class Job(models.Model):
+    id = models.CharField(primary_key=True, max_length=16, default=_new_job_id, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    namespace = models.CharField(max_length=63, db_index=True)
+    display_name = models.CharField(max_length=200, blank=True, default="")
+    runtime_kind = models.CharField(max_length=32)
+    runtime_namespace = models.CharField(max_length=63, blank=True, default="")
+    runtime_name = models.CharField(max_length=253)
+    spec = models.JSONField()  # jobs.spec.JobSpec.to_dict()
+    plan = models.JSONField(null=True)  # the plan computed at submission
+    runtime_snapshot = models.JSONField(null=True)  # the runtime object as read at submission
+    reasons = models.JSONField(default=list)  # every refusal reason, when refused
+    identity_warnings = models.JSONField(default=list)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING, db_index=True)
+    cause = models.CharField(max_length=32, choices=Cause.choices, blank=True, default="")
+    message = models.TextField(blank=True, default="")
+    evidence = models.JSONField(default=dict, blank=True)  # object, field and value that prove the cause
+    current_attempt = models.PositiveIntegerField(default=0)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    request_hash = models.CharField(max_length=64, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    state_changed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="job_unique_idempotency_key_per_owner",
+            ),
+        ]
+        indexes = [models.Index(fields=["runtime_kind", "runtime_namespace", "runtime_name"])]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def runtime_ref(self) -> str:
+        from runtimes.models import runtime_ref
+
+        return runtime_ref(self.runtime_kind, self.runtime_namespace, self.runtime_name)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+class Execution(models.Model):
+    """One TrainJob run of a job. The TrainJob name is deterministic from (job, attempt)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="executions")
+    attempt = models.PositiveIntegerField()
+    trainjob_name = models.CharField(max_length=63)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
+    cause = models.CharField(max_length=32, choices=Cause.choices, blank=True, default="")
+    message = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    submitted_at = models.DateTimeField(null=True)  # when the TrainJob was created in the cluster
+    finished_at = models.DateTimeField(null=True)
+    submit_tries = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["job", "attempt"]
+        constraints = [models.UniqueConstraint(fields=["job", "attempt"], name="execution_unique_attempt")]
+
+    def __str__(self) -> str:
+        return self.trainjob_name
+
+
+class JobEvent(models.Model):
+    """The job's timeline: what dispatch did and saw, in order."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(auto_now_add=True)
+    attempt = models.PositiveIntegerField(null=True)
+    kind = models.CharField(max_length=32)
+    message = models.TextField()
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.kind}"

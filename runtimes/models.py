@@ -1,0 +1,105 @@
+"""The platform-curated allow-list, the verdict history per runtime, and the site settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+
+class RuntimeKind(models.TextChoices):
+    CLUSTER = "ClusterTrainingRuntime", "ClusterTrainingRuntime"
+    NAMESPACED = "TrainingRuntime", "TrainingRuntime"
+
+
+def runtime_ref(kind: str, namespace: str, name: str) -> str:
+    """How a runtime is named in messages and the audit log: Kind/name or Kind/namespace/name."""
+    return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
+
+
+class AllowListEntry(models.Model):
+    kind = models.CharField(max_length=32, choices=RuntimeKind.choices)
+    namespace = models.CharField(max_length=63, blank=True, default="")  # "" for a ClusterTrainingRuntime
+    name = models.CharField(max_length=253)
+    for_jobs = models.BooleanField(default=True)
+    for_sessions = models.BooleanField(default=False)
+    note = models.TextField(blank=True, default="")
+    added_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    added_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["kind", "namespace", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "namespace", "name"], name="allow_list_unique_runtime"),
+        ]
+
+    def __str__(self) -> str:
+        return self.ref
+
+    @property
+    def ref(self) -> str:
+        return runtime_ref(self.kind, self.namespace, self.name)
+
+    @property
+    def purposes(self) -> list[str]:
+        return [p for p, yes in (("jobs", self.for_jobs), ("sessions", self.for_sessions)) if yes]
+
+
+class RuntimeVerdict(models.Model):
+    """One row each time a runtime's verdict (or the runtime itself) changed, newest last."""
+
+    kind = models.CharField(max_length=32, choices=RuntimeKind.choices)
+    namespace = models.CharField(max_length=63, blank=True, default="")
+    name = models.CharField(max_length=253)
+    refused = models.BooleanField()
+    verdict = models.JSONField()  # runtimes.rules.Verdict.to_dict()
+    resource_version = models.CharField(max_length=64, blank=True, default="")
+    generation = models.BigIntegerField(null=True)
+    runtime = models.JSONField(null=True)  # the object as it was checked; None when it did not exist
+    checked_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-checked_at", "-id"]
+        indexes = [models.Index(fields=["kind", "namespace", "name", "-checked_at"])]
+
+    def __str__(self) -> str:
+        return f"{runtime_ref(self.kind, self.namespace, self.name)}: {'refused' if self.refused else 'accepted'}"
+
+    @property
+    def codes(self) -> list[str]:
+        return [r["code"] for r in self.verdict.get("reasons", [])]
+
+
+class PublishVia(models.TextChoices):
+    ENV = "env", "env (container node)"
+    INIT_CONTAINER = "initContainer", "initContainer"
+
+
+class SiteSettings(models.Model):
+    """One row (pk=1): the site-wide rules every runtime and job is checked against."""
+
+    allow_rank_restart = models.BooleanField(default=False)
+    publish_via = models.CharField(max_length=16, choices=PublishVia.choices, default=PublishVia.ENV)
+    publish_container = models.CharField(max_length=63, blank=True, default="")
+    label_domain = models.CharField(max_length=253, default="dispatch.dev")
+    trainer_version = models.CharField(max_length=32, default="v2.3.0")
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+
+    def __str__(self) -> str:
+        return "site settings"
+
+    @classmethod
+    def load(cls) -> SiteSettings:
+        obj, _ = cls.objects.get_or_create(pk=1)
+        return obj
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "allow_rank_restart": self.allow_rank_restart,
+            "publish_via": self.publish_via,
+            "publish_container": self.publish_container,
+            "label_domain": self.label_domain,
+            "trainer_version": self.trainer_version,
+        }

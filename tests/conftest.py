@@ -1,0 +1,64 @@
+"""Shared fixtures: three personas (platform, on-call, a plain user) and API clients for each.
+
+Like healthchecks' Alice/Bob/Charlie: a permission test only has to pick who calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from django.contrib.auth.models import User
+from rest_framework.test import APIClient
+
+from dispatch_site import roles
+from dispatch_site.services import user_create
+
+
+@pytest.fixture
+def make_user(db: None) -> Callable[..., tuple[User, str]]:
+    def make(username: str, role: str = roles.USER, namespaces: tuple[str, ...] = ()) -> tuple[User, str]:
+        return user_create(username=username, role=role, namespaces=namespaces, password="pw-" + username)
+
+    return make
+
+
+def _client_for(token: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return client
+
+
+@pytest.fixture
+def platform_user(make_user: Callable[..., tuple[User, str]]) -> tuple[User, str]:
+    return make_user("pat", roles.PLATFORM, ("*",))
+
+
+@pytest.fixture
+def oncall_user(make_user: Callable[..., tuple[User, str]]) -> tuple[User, str]:
+    return make_user("olive", roles.ONCALL)
+
+
+@pytest.fixture
+def plain_user(make_user: Callable[..., tuple[User, str]]) -> tuple[User, str]:
+    return make_user("uma", roles.USER, ("team-a",))
+
+
+@pytest.fixture
+def platform_api(platform_user: tuple[User, str]) -> APIClient:
+    return _client_for(platform_user[1])
+
+
+@pytest.fixture
+def oncall_api(oncall_user: tuple[User, str]) -> APIClient:
+    return _client_for(oncall_user[1])
+
+
+@pytest.fixture
+def user_api(plain_user: tuple[User, str]) -> APIClient:
+    return _client_for(plain_user[1])
+
+
+@pytest.fixture
+def anon_api() -> APIClient:
+    return APIClient()
