@@ -1,20 +1,263 @@
-"""Typed reads, creates, deletes, exec and list/watch against the Kubernetes API."""
+"""Typed reads, creates and deletes against the Kubernetes API.
+
+Every call passes an explicit timeout; every ApiException and connection error becomes one of the
+errors in cluster.errors, naming the object as "Kind namespace/name".
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
+from urllib3.exceptions import HTTPError, MaxRetryError, NewConnectionError
 
 from cluster.client import api_client, request_timeout
-from cluster.errors import ClusterUnavailable
+from cluster.errors import AlreadyExists, ClusterError, ClusterUnavailable, Conflict, NotFound, Rejected
+
+TRAINER_GROUP = "trainer.kubeflow.org"
+TRAINER_VERSION = "v1alpha1"
+JOBSET_GROUP = "jobset.x-k8s.io"
+JOBSET_VERSION = "v1alpha2"
+PLURALS = {
+    "ClusterTrainingRuntime": "clustertrainingruntimes",
+    "TrainingRuntime": "trainingruntimes",
+    "TrainJob": "trainjobs",
+}
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RuntimeObject:
+    """A ClusterTrainingRuntime or TrainingRuntime as read from the cluster."""
+
+    kind: str
+    namespace: str  # "" for a ClusterTrainingRuntime
+    name: str
+    resource_version: str
+    generation: int | None
+    body: dict[str, Any]  # the whole object as plain data, for the rule checker
+
+    @classmethod
+    def from_body(cls, kind: str, body: dict[str, Any]) -> RuntimeObject:
+        meta = body.get("metadata") or {}
+        body.setdefault("kind", kind)
+        body.setdefault("apiVersion", f"{TRAINER_GROUP}/{TRAINER_VERSION}")
+        return cls(
+            kind=kind,
+            namespace=meta.get("namespace") or "",
+            name=meta.get("name", ""),
+            resource_version=str(meta.get("resourceVersion", "")),
+            generation=meta.get("generation"),
+            body=body,
+        )
+
+
+def target(kind: str, namespace: str | None, name: str) -> str:
+    return f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+
+
+def _api_message(exc: ApiException) -> str:
+    try:
+        body = json.loads(exc.body or "")
+        return str(body.get("message") or exc.reason)
+    except (ValueError, AttributeError):
+        return str(exc.body or exc.reason)
+
+
+def translate(exc: ApiException, what: str) -> ClusterError:
+    status = exc.status or 0
+    message = _api_message(exc)
+    reason = ""
+    try:
+        reason = json.loads(exc.body or "{}").get("reason", "")
+    except (ValueError, AttributeError):
+        pass
+    if status == 404:
+        return NotFound(what, message, status=status)
+    if status == 409 and reason == "AlreadyExists":
+        return AlreadyExists(what, message, status=status)
+    if status == 409:
+        return Conflict(what, message, status=status)
+    if status == 429 or status >= 500 or status == 0:
+        return ClusterUnavailable(what, message or "no answer", status=status)
+    return Rejected(what, message, status=status)
+
+
+def _unreachable(exc: Exception) -> str:
+    """A one-line account of a connection failure, e.g. 'cannot connect to 127.0.0.1:6443: Connection refused'."""
+    if isinstance(exc, MaxRetryError):
+        cause = exc.reason
+        text = str(cause.args[-1] if isinstance(cause, NewConnectionError) and cause.args else cause)
+        text = text.split("] ")[-1].rstrip(")\"'") if "] " in text else text
+        return f"unreachable: cannot connect to {exc.pool.host}:{exc.pool.port}: {text}"
+    return f"unreachable: {exc}"
+
+
+@contextmanager
+def _calling(what: str) -> Iterator[None]:
+    try:
+        yield
+    except ApiException as exc:
+        raise translate(exc, what) from None
+    except (HTTPError, OSError) as exc:
+        raise ClusterUnavailable(what, _unreachable(exc)) from None
+
+
+def _call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    with _calling(what):
+        return fn(*args, _request_timeout=request_timeout(), **kwargs)
+
+
+def custom() -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client())
+
+
+def core() -> client.CoreV1Api:
+    return client.CoreV1Api(api_client())
 
 
 def server_version() -> str:
-    try:
-        info = client.VersionApi(api_client()).get_code(_request_timeout=request_timeout())
-    except ApiException as exc:
-        raise ClusterUnavailable("apiserver", f"{exc.status} {exc.reason}", status=exc.status) from None
-    except (HTTPError, OSError) as exc:
-        raise ClusterUnavailable("apiserver", f"unreachable: {exc}") from None
+    info = _call("apiserver", client.VersionApi(api_client()).get_code)
     return str(info.git_version)
+
+
+# ---------------------------------------------------------------- runtimes
+
+
+def list_runtimes() -> list[RuntimeObject]:
+    """Every ClusterTrainingRuntime and TrainingRuntime: one list call per kind, not one call per runtime."""
+    api = custom()
+    cluster_wide = _call(
+        "ClusterTrainingRuntimes",
+        api.list_cluster_custom_object,
+        TRAINER_GROUP,
+        TRAINER_VERSION,
+        "clustertrainingruntimes",
+    )
+    namespaced = _call(
+        "TrainingRuntimes", api.list_cluster_custom_object, TRAINER_GROUP, TRAINER_VERSION, "trainingruntimes"
+    )
+    return [
+        RuntimeObject.from_body("ClusterTrainingRuntime", item) for item in cluster_wide.get("items", [])
+    ] + [RuntimeObject.from_body("TrainingRuntime", item) for item in namespaced.get("items", [])]
+
+
+def get_runtime(kind: str, namespace: str, name: str) -> RuntimeObject | None:
+    """The runtime, or None when it does not exist."""
+    api = custom()
+    what = target(kind, namespace, name)
+    try:
+        if kind == "ClusterTrainingRuntime":
+            body = _call(
+                what, api.get_cluster_custom_object, TRAINER_GROUP, TRAINER_VERSION, PLURALS[kind], name
+            )
+        else:
+            body = _call(
+                what,
+                api.get_namespaced_custom_object,
+                TRAINER_GROUP,
+                TRAINER_VERSION,
+                namespace,
+                PLURALS[kind],
+                name,
+            )
+    except NotFound:
+        return None
+    return RuntimeObject.from_body(kind, body)
+
+
+# ---------------------------------------------------------------- namespaced trainer objects
+
+
+def create_namespaced(kind: str, body: dict[str, Any]) -> dict[str, Any]:
+    meta = body["metadata"]
+    what = target(kind, meta["namespace"], meta["name"])
+    created: dict[str, Any] = _call(
+        what,
+        custom().create_namespaced_custom_object,
+        TRAINER_GROUP,
+        TRAINER_VERSION,
+        meta["namespace"],
+        PLURALS[kind],
+        body,
+    )
+    return created
+
+
+def get_namespaced(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        body: dict[str, Any] = _call(
+            target(kind, namespace, name),
+            custom().get_namespaced_custom_object,
+            TRAINER_GROUP,
+            TRAINER_VERSION,
+            namespace,
+            PLURALS[kind],
+            name,
+        )
+    except NotFound:
+        return None
+    return body
+
+
+def patch_namespaced(kind: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+    body: dict[str, Any] = _call(
+        target(kind, namespace, name),
+        custom().patch_namespaced_custom_object,
+        TRAINER_GROUP,
+        TRAINER_VERSION,
+        namespace,
+        PLURALS[kind],
+        name,
+        patch,
+    )
+    return body
+
+
+def delete_namespaced(kind: str, namespace: str, name: str) -> bool:
+    """Delete with foreground propagation; False when it was already gone."""
+    try:
+        _call(
+            target(kind, namespace, name),
+            custom().delete_namespaced_custom_object,
+            TRAINER_GROUP,
+            TRAINER_VERSION,
+            namespace,
+            PLURALS[kind],
+            name,
+            body=client.V1DeleteOptions(propagation_policy="Foreground"),
+        )
+    except NotFound:
+        return False
+    return True
+
+
+def list_namespaced(kind: str, namespace: str | None, label_selector: str = "") -> list[dict[str, Any]]:
+    api = custom()
+    if namespace:
+        result = _call(
+            f"{kind}s in {namespace}",
+            api.list_namespaced_custom_object,
+            TRAINER_GROUP,
+            TRAINER_VERSION,
+            namespace,
+            PLURALS[kind],
+            label_selector=label_selector,
+        )
+    else:
+        result = _call(
+            f"{kind}s",
+            api.list_cluster_custom_object,
+            TRAINER_GROUP,
+            TRAINER_VERSION,
+            PLURALS[kind],
+            label_selector=label_selector,
+        )
+    items: list[dict[str, Any]] = result.get("items", [])
+    return items

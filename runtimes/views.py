@@ -1,12 +1,110 @@
-"""Dashboard pages for runtimes."""
+"""Dashboard pages: the runtimes list, one runtime, and the platform role's forms."""
 
 from __future__ import annotations
 
+import yaml
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from dispatch_site import roles
+from runtimes import selectors, services
+from runtimes.forms import AllowListForm, SiteSettingsForm
+from runtimes.models import RuntimeKind, SiteSettings
+
+
+def _require_platform(request: HttpRequest) -> None:
+    if not roles.is_platform(request.user):
+        raise PermissionDenied("Only the platform role may change runtimes and site settings.")
 
 
 @login_required
 def runtimes_page(request: HttpRequest) -> HttpResponse:
-    return render(request, "dashboard/runtimes.html", {"nav": "runtimes"})
+    overview = selectors.runtimes_overview()
+    context = {
+        "nav": "runtimes",
+        "overview": overview,
+        "form": AllowListForm(),
+        "site": SiteSettings.load(),
+    }
+    return render(request, "runtimes/list.html", context)
+
+
+@login_required
+def runtime_page(request: HttpRequest, kind: str, namespace: str, name: str) -> HttpResponse:
+    if kind not in RuntimeKind.values:
+        raise Http404("unknown runtime kind")
+    namespace = "" if namespace == "_" else namespace
+    row, cluster_error = selectors.runtime_detail(kind, namespace, name)
+    if row is None:
+        raise Http404("no such runtime in the cluster or on the allow-list")
+    context = {
+        "nav": "runtimes",
+        "row": row,
+        "cluster_error": cluster_error,
+        "yaml": yaml.safe_dump(row.body, sort_keys=False) if row.body else "",
+        "history": selectors.verdict_history(kind, namespace, name),
+    }
+    return render(request, "runtimes/detail.html", context)
+
+
+@login_required
+@require_POST
+def allow_list_add_view(request: HttpRequest) -> HttpResponse:
+    _require_platform(request)
+    form = AllowListForm(request.POST)
+    if not form.is_valid():
+        overview = selectors.runtimes_overview()
+        context = {"nav": "runtimes", "overview": overview, "form": form, "site": SiteSettings.load()}
+        return render(request, "runtimes/list.html", context, status=400)
+    data = form.cleaned_data
+    try:
+        entry = services.allow_list_add(
+            actor=request.user,
+            kind=data["kind"],
+            namespace=data["namespace"],
+            name=data["name"],
+            for_jobs=data["for_jobs"],
+            for_sessions=data["for_sessions"],
+            note=data["note"],
+        )
+    except services.AlreadyListed as exc:
+        messages.error(request, str(exc))
+        return redirect("dashboard:runtimes")
+    messages.success(request, f"{entry.ref} is on the allow-list.")
+    return redirect("dashboard:runtimes")
+
+
+@login_required
+@require_POST
+def allow_list_remove_view(request: HttpRequest, kind: str, namespace: str, name: str) -> HttpResponse:
+    _require_platform(request)
+    entry = selectors.allow_list_entry(kind, "" if namespace == "_" else namespace, name)
+    if entry is None:
+        raise Http404("not on the allow-list")
+    ref = entry.ref
+    services.allow_list_remove(actor=request.user, entry=entry)
+    messages.success(request, f"{ref} was removed from the allow-list.")
+    return redirect("dashboard:runtimes")
+
+
+@login_required
+def settings_page(request: HttpRequest) -> HttpResponse:
+    site = SiteSettings.load()
+    if request.method == "POST":
+        _require_platform(request)
+        form = SiteSettingsForm(request.POST, instance=SiteSettings.load())
+        if form.is_valid():
+            changes = {f: form.cleaned_data[f] for f in form.Meta.fields}
+            services.site_settings_update(actor=request.user, **changes)
+            messages.success(request, "Site settings saved.")
+            return redirect("dashboard:settings")
+        return render(request, "runtimes/settings.html", {"nav": "runtimes", "form": form}, status=400)
+    form = SiteSettingsForm(instance=site)
+    if not roles.is_platform(request.user):
+        for field in form.fields.values():
+            field.disabled = True
+    return render(request, "runtimes/settings.html", {"nav": "runtimes", "form": form, "site": site})

@@ -62,3 +62,23 @@ def user_api(plain_user: tuple[User, str]) -> APIClient:
 @pytest.fixture
 def anon_api() -> APIClient:
     return APIClient()
+
+
+UNREACHABLE_KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: nowhere, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: nobody, user: {token: none}}]
+contexts: [{name: nowhere, context: {cluster: nowhere, user: nobody}}]
+current-context: nowhere
+"""
+
+
+@pytest.fixture(autouse=True)
+def _no_cluster_unless_asked(settings, tmp_path_factory: pytest.TempPathFactory) -> None:  # type: ignore[no-untyped-def]
+    """Tests outside tests/cluster/ see an unreachable API server (nothing listens on port 1), never
+    whatever local cluster happens to run; tests/cluster/conftest.py points them at the real one."""
+    path = tmp_path_factory.getbasetemp() / "unreachable.kubeconfig"
+    if not path.exists():
+        path.write_text(UNREACHABLE_KUBECONFIG)
+    settings.KUBECONFIG = str(path)
+    settings.KUBE_TIMEOUT_SECONDS = 2

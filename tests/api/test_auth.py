@@ -39,7 +39,9 @@ def test_me_reports_roles(platform_api: APIClient, oncall_api: APIClient) -> Non
     assert oncall_api.get("/api/v1/me").json()["roles"] == ["oncall"]
 
 
-@pytest.mark.parametrize(("who", "status"), [("platform_api", 200), ("oncall_api", 403), ("user_api", 403), ("anon_api", 401)])
+@pytest.mark.parametrize(
+    ("who", "status"), [("platform_api", 200), ("oncall_api", 403), ("user_api", 403), ("anon_api", 401)]
+)
 def test_audit_log_api_is_platform_only(request: pytest.FixtureRequest, who: str, status: int) -> None:
     client: APIClient = request.getfixturevalue(who)
     assert client.get("/api/v1/audit").status_code == status
@@ -51,7 +53,10 @@ def test_create_user_command_prints_a_working_token(capsys: pytest.CaptureFixtur
     user = User.objects.get(username="nina")
     assert Token.objects.get(user=user).key == token
     assert roles.is_oncall(user) and not roles.is_platform(user)
-    assert sorted(NamespaceGrant.objects.filter(user=user).values_list("namespace", flat=True)) == ["ml-a", "ml-b"]
+    assert sorted(NamespaceGrant.objects.filter(user=user).values_list("namespace", flat=True)) == [
+        "ml-a",
+        "ml-b",
+    ]
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     assert client.get("/api/v1/me").json()["namespaces"] == ["ml-a", "ml-b"]
@@ -67,7 +72,7 @@ def test_create_user_refuses_a_duplicate_and_a_bad_namespace(plain_user: tuple[U
     assert not User.objects.filter(username="zed").exists()
 
 
-def test_group_grants_reach_members(make_user) -> None:  # type: ignore[no-untyped-def]
+def test_group_grants_reach_members(make_user) -> None:
     from django.contrib.auth.models import Group
 
     user, _ = make_user("gil")
@@ -98,7 +103,9 @@ class TestDashboard:
         assert response.status_code == 302
         assert response["Location"].startswith("/login/?next=/jobs/")
 
-    def test_login_with_password_opens_the_dashboard(self, client: Client, plain_user: tuple[User, str]) -> None:
+    def test_login_with_password_opens_the_dashboard(
+        self, client: Client, plain_user: tuple[User, str]
+    ) -> None:
         response = client.post("/login/", {"username": "uma", "password": "pw-uma"})
         assert response.status_code == 302
         page = client.get("/jobs/")
@@ -112,12 +119,20 @@ class TestDashboard:
 
     @pytest.mark.parametrize(("username", "status"), [("pat", 200), ("olive", 403), ("uma", 403)])
     def test_audit_page_is_platform_only(
-        self, client: Client, platform_user: object, oncall_user: object, plain_user: object, username: str, status: int
+        self,
+        client: Client,
+        platform_user: object,
+        oncall_user: object,
+        plain_user: object,
+        username: str,
+        status: int,
     ) -> None:
         client.login(username=username, password=f"pw-{username}")
         assert client.get("/audit/").status_code == status
 
-    def test_audit_nav_link_only_for_platform(self, client: Client, plain_user: object, platform_user: object) -> None:
+    def test_audit_nav_link_only_for_platform(
+        self, client: Client, plain_user: object, platform_user: object
+    ) -> None:
         client.login(username="uma", password="pw-uma")
         assert b"Audit log" not in client.get("/jobs/").content
         client.login(username="pat", password="pw-pat")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from django.test import Client, override_settings
 
@@ -33,7 +35,7 @@ def test_readyz_reports_a_stopped_redis_as_down(client: Client) -> None:
 
 
 @pytest.mark.django_db
-def test_readyz_reports_an_unreachable_kubernetes_api(client: Client, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_readyz_reports_an_unreachable_kubernetes_api(client: Client, tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"

@@ -1,0 +1,200 @@
+"""REST: runtimes with their verdicts, the allow-list (platform role), and the site settings."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.http import Http404
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from dispatch_site.permissions import IsPlatform, IsPlatformOrReadOnly
+from runtimes import selectors, services
+from runtimes.models import PublishVia, RuntimeKind, RuntimeVerdict, SiteSettings
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+CLUSTER_SCOPE = "_"
+
+
+def _row_data(row: selectors.RuntimeRow) -> dict[str, Any]:
+    entry = row.entry
+    return {
+        "kind": row.kind,
+        "namespace": row.namespace or None,
+        "name": row.name,
+        "ref": row.ref,
+        "allow_listed": row.allow_listed,
+        "purposes": entry.purposes if entry else [],
+        "note": entry.note if entry else "",
+        "verdict": row.verdict or None,
+        "verdict_source": row.source,
+        "resource_version": row.resource_version,
+        "url": f"/api/v1/runtimes/{row.kind}/{row.namespace or CLUSTER_SCOPE}/{row.name}",
+    }
+
+
+def _history_data(v: RuntimeVerdict) -> dict[str, Any]:
+    return {
+        "checked_at": v.checked_at,
+        "refused": v.refused,
+        "codes": v.codes,
+        "resource_version": v.resource_version,
+        "generation": v.generation,
+    }
+
+
+class RuntimeListApi(APIView):
+    @extend_schema(summary="Allow-listed runtimes and the cluster's other runtimes, each with its verdict")
+    def get(self, request: Request) -> Response:
+        overview = selectors.runtimes_overview()
+        return Response(
+            {
+                "results": [_row_data(r) for r in overview.rows],
+                "cluster_error": overview.cluster_error or None,
+            }
+        )
+
+
+def _parse_key(kind: str, namespace: str, name: str) -> tuple[str, str, str]:
+    if kind not in RuntimeKind.values:
+        raise Http404(f"unknown runtime kind {kind!r}")
+    return kind, "" if namespace == CLUSTER_SCOPE else namespace, name
+
+
+class RuntimeDetailApi(APIView):
+    @extend_schema(summary="One runtime: every reason, capabilities, the object and the verdict history")
+    def get(self, request: Request, kind: str, namespace: str, name: str) -> Response:
+        key = _parse_key(kind, namespace, name)
+        row, cluster_error = selectors.runtime_detail(*key)
+        if row is None:
+            if cluster_error:
+                return Response({"detail": cluster_error}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
+            raise Http404("no such runtime in the cluster or on the allow-list")
+        data = _row_data(row)
+        data["object"] = row.body
+        data["history"] = [_history_data(v) for v in selectors.verdict_history(*key)]
+        data["cluster_error"] = cluster_error or None
+        return Response(data)
+
+
+class AllowListInputSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=RuntimeKind.values)
+    namespace = serializers.CharField(required=False, allow_blank=True, default="")
+    name = serializers.CharField(max_length=253)
+    purposes = serializers.MultipleChoiceField(choices=["jobs", "sessions"], default={"jobs"})
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+
+    def validate_name(self, value: str) -> str:
+        if not DNS_SUBDOMAIN.match(value):
+            raise ValidationError("must be a lowercase RFC 1123 name (a-z, 0-9, '-', '.')")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        namespace = attrs.get("namespace", "")
+        if attrs["kind"] == RuntimeKind.NAMESPACED:
+            if not namespace:
+                raise ValidationError({"namespace": "a TrainingRuntime needs its namespace"})
+            if not DNS_LABEL.match(namespace):
+                raise ValidationError({"namespace": "must be a lowercase RFC 1123 label"})
+        elif namespace:
+            raise ValidationError({"namespace": "a ClusterTrainingRuntime has no namespace"})
+        if not attrs["purposes"]:
+            raise ValidationError({"purposes": "name at least one of jobs, sessions"})
+        return attrs
+
+
+class AllowListAddApi(APIView):
+    permission_classes = [IsPlatform]
+
+    @extend_schema(request=AllowListInputSerializer, summary="Allow a runtime (platform role)")
+    def post(self, request: Request) -> Response:
+        serializer = AllowListInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            entry = services.allow_list_add(
+                actor=request.user,
+                kind=data["kind"],
+                namespace=data["namespace"],
+                name=data["name"],
+                for_jobs="jobs" in data["purposes"],
+                for_sessions="sessions" in data["purposes"],
+                note=data["note"],
+            )
+        except services.AlreadyListed as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        row, _ = selectors.runtime_detail(entry.kind, entry.namespace, entry.name)
+        assert row is not None  # the entry exists
+        return Response(_row_data(row), status=status.HTTP_201_CREATED)
+
+
+class AllowListRemoveApi(APIView):
+    permission_classes = [IsPlatform]
+
+    @extend_schema(summary="Remove a runtime from the allow-list (platform role)")
+    def delete(self, request: Request, kind: str, namespace: str, name: str) -> Response:
+        entry = selectors.allow_list_entry(*_parse_key(kind, namespace, name))
+        if entry is None:
+            raise Http404("not on the allow-list")
+        services.allow_list_remove(actor=request.user, entry=entry)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class SiteSettingsSerializer(serializers.ModelSerializer):
+    publish_via = serializers.ChoiceField(choices=PublishVia.values, required=False)
+
+    class Meta:
+        model = SiteSettings
+        fields = [
+            "allow_rank_restart",
+            "publish_via",
+            "publish_container",
+            "label_domain",
+            "trainer_version",
+            "updated_at",
+        ]
+        read_only_fields = ["updated_at"]
+
+    def validate_trainer_version(self, value: str) -> str:
+        if not re.match(r"^v?\d+\.\d+(\.\d+)?([-+][0-9A-Za-z.-]+)?$", value):
+            raise ValidationError("must be a version such as v2.3.0")
+        return value
+
+    def validate_label_domain(self, value: str) -> str:
+        if not DNS_SUBDOMAIN.match(value) or "." not in value:
+            raise ValidationError("must be a DNS domain such as dispatch.example.com")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        instance = self.instance
+        via = attrs.get("publish_via", getattr(instance, "publish_via", PublishVia.ENV))
+        container = attrs.get("publish_container", getattr(instance, "publish_container", ""))
+        if via == PublishVia.INIT_CONTAINER and not container:
+            raise ValidationError({"publish_container": "required when publish_via is initContainer"})
+        if container and not DNS_LABEL.match(container):
+            raise ValidationError({"publish_container": "must be a container name (RFC 1123 label)"})
+        return attrs
+
+
+class SiteSettingsApi(APIView):
+    permission_classes = [IsAuthenticated, IsPlatformOrReadOnly]
+
+    @extend_schema(responses=SiteSettingsSerializer, summary="The site settings the rules use")
+    def get(self, request: Request) -> Response:
+        return Response(SiteSettingsSerializer(SiteSettings.load()).data)
+
+    @extend_schema(
+        request=SiteSettingsSerializer, responses=SiteSettingsSerializer, summary="Change site settings"
+    )
+    def patch(self, request: Request) -> Response:
+        serializer = SiteSettingsSerializer(SiteSettings.load(), data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        site = services.site_settings_update(actor=request.user, **serializer.validated_data)
+        return Response(SiteSettingsSerializer(site).data)

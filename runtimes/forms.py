@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from runtimes.api import DNS_LABEL, DNS_SUBDOMAIN
+from runtimes.models import RuntimeKind, SiteSettings
+
+
+class AllowListForm(forms.Form):
+    kind = forms.ChoiceField(choices=RuntimeKind.choices)
+    namespace = forms.CharField(required=False, help_text="only for a TrainingRuntime")
+    name = forms.CharField(max_length=253)
+    for_jobs = forms.BooleanField(required=False, initial=True, label="jobs")
+    for_sessions = forms.BooleanField(required=False, label="interactive sessions")
+    note = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"].strip()
+        if not DNS_SUBDOMAIN.match(name):
+            raise forms.ValidationError("Use a lowercase RFC 1123 name (a-z, 0-9, '-', '.').")
+        return name
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        namespace = (data.get("namespace") or "").strip()
+        if data.get("kind") == RuntimeKind.NAMESPACED and not DNS_LABEL.match(namespace):
+            self.add_error("namespace", "A TrainingRuntime needs its namespace (a lowercase RFC 1123 label).")
+        if data.get("kind") == RuntimeKind.CLUSTER and namespace:
+            self.add_error("namespace", "A ClusterTrainingRuntime has no namespace.")
+        if not data.get("for_jobs") and not data.get("for_sessions"):
+            self.add_error("for_jobs", "Allow it for jobs, sessions, or both.")
+        data["namespace"] = namespace
+        return data
+
+
+class SiteSettingsForm(forms.ModelForm):
+    class Meta:
+        model = SiteSettings
+        fields = ["allow_rank_restart", "publish_via", "publish_container", "label_domain", "trainer_version"]
+        labels = {"allow_rank_restart": "allowRankRestart (weaker identity guarantee)"}
+
+    def clean(self) -> dict[str, Any]:
+        from runtimes.api import SiteSettingsSerializer
+
+        data = super().clean() or {}
+        serializer = SiteSettingsSerializer(self.instance, data=data, partial=True)
+        if not serializer.is_valid():
+            for field, errors in serializer.errors.items():
+                for error in errors:
+                    self.add_error(field if field in self.fields else None, str(error))
+        return data

@@ -1,0 +1,151 @@
+"""Reads: site rules, the allow-list, latest verdicts, and the runtimes overview the API and pages show."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Max
+
+from cluster import gateway
+from cluster.errors import ClusterError
+from cluster.gateway import RuntimeObject
+from runtimes.models import AllowListEntry, RuntimeVerdict, SiteSettings, runtime_ref
+from runtimes.rules import SiteRules, Verdict, check_runtime
+
+RuntimeKey = tuple[str, str, str]  # (kind, namespace or "", name)
+
+
+def site_rules(site: SiteSettings | None = None) -> SiteRules:
+    site = site or SiteSettings.load()
+    return SiteRules(
+        allow_rank_restart=site.allow_rank_restart,
+        publish_via=site.publish_via,
+        publish_container=site.publish_container,
+    )
+
+
+def allow_list_entries() -> dict[RuntimeKey, AllowListEntry]:
+    return {(e.kind, e.namespace, e.name): e for e in AllowListEntry.objects.all()}
+
+
+def allow_list_entry(kind: str, namespace: str, name: str) -> AllowListEntry | None:
+    return AllowListEntry.objects.filter(kind=kind, namespace=namespace, name=name).first()
+
+
+def latest_verdicts() -> dict[RuntimeKey, RuntimeVerdict]:
+    """The newest recorded verdict of every runtime, in two queries however many there are."""
+    newest = (
+        RuntimeVerdict.objects.values("kind", "namespace", "name").annotate(last=Max("id")).values("last")
+    )
+    return {(v.kind, v.namespace, v.name): v for v in RuntimeVerdict.objects.filter(id__in=newest)}
+
+
+def verdict_history(kind: str, namespace: str, name: str, limit: int = 50) -> list[RuntimeVerdict]:
+    return list(RuntimeVerdict.objects.filter(kind=kind, namespace=namespace, name=name)[:limit])
+
+
+@dataclass
+class RuntimeRow:
+    kind: str
+    namespace: str
+    name: str
+    allow_listed: bool
+    entry: AllowListEntry | None
+    verdict: dict[str, Any]
+    source: str  # "live": checked now against the cluster; "recorded": the last re-check (cluster unreadable)
+    resource_version: str = ""
+    checked_at: Any = None
+    body: dict[str, Any] | None = None
+
+    @property
+    def ref(self) -> str:
+        return runtime_ref(self.kind, self.namespace, self.name)
+
+    @property
+    def key(self) -> RuntimeKey:
+        return (self.kind, self.namespace, self.name)
+
+
+@dataclass
+class RuntimesOverview:
+    rows: list[RuntimeRow] = field(default_factory=list)
+    cluster_error: str = ""
+
+
+def _live_row(
+    obj: RuntimeObject | None, key: RuntimeKey, entry: AllowListEntry | None, rules: SiteRules
+) -> RuntimeRow:
+    kind, namespace, name = key
+    verdict: Verdict = check_runtime(
+        obj.body if obj else None, rules=rules, allow_listed=entry is not None, ref=runtime_ref(*key)
+    )
+    return RuntimeRow(
+        kind=kind,
+        namespace=namespace,
+        name=name,
+        allow_listed=entry is not None,
+        entry=entry,
+        verdict=verdict.to_dict(),
+        source="live",
+        resource_version=obj.resource_version if obj else "",
+        body=obj.body if obj else None,
+    )
+
+
+def runtimes_overview() -> RuntimesOverview:
+    """Allow-listed entries and the cluster's other runtimes, each with its verdict.
+
+    Reads the cluster with one list call per kind and checks each runtime (a pure, cheap function);
+    when the cluster cannot be read, falls back to the verdicts the last re-check recorded.
+    """
+    entries = allow_list_entries()
+    rules = site_rules()
+    try:
+        live = {(o.kind, o.namespace, o.name): o for o in gateway.list_runtimes()}
+    except ClusterError as exc:
+        recorded = latest_verdicts()
+        rows = []
+        for key, entry in entries.items():
+            verdict = recorded.get(key)
+            rows.append(
+                RuntimeRow(
+                    *key,
+                    allow_listed=True,
+                    entry=entry,
+                    verdict=verdict.verdict if verdict else {},
+                    source="recorded",
+                    resource_version=verdict.resource_version if verdict else "",
+                    checked_at=verdict.checked_at if verdict else None,
+                    body=verdict.runtime if verdict else None,
+                )
+            )
+        return RuntimesOverview(rows=rows, cluster_error=str(exc))
+    keys = sorted(set(entries) | set(live), key=lambda k: (k not in entries, k))
+    return RuntimesOverview(rows=[_live_row(live.get(k), k, entries.get(k), rules) for k in keys])
+
+
+def runtime_detail(kind: str, namespace: str, name: str) -> tuple[RuntimeRow | None, str]:
+    """One runtime with its live verdict (or the recorded one when the cluster is unreadable)."""
+    entry = allow_list_entry(kind, namespace, name)
+    key = (kind, namespace, name)
+    try:
+        obj = gateway.get_runtime(kind, namespace, name)
+    except ClusterError as exc:
+        recorded = latest_verdicts().get(key)
+        if entry is None and recorded is None:
+            return None, str(exc)
+        row = RuntimeRow(
+            *key,
+            allow_listed=entry is not None,
+            entry=entry,
+            verdict=recorded.verdict if recorded else {},
+            source="recorded",
+            resource_version=recorded.resource_version if recorded else "",
+            checked_at=recorded.checked_at if recorded else None,
+            body=recorded.runtime if recorded else None,
+        )
+        return row, str(exc)
+    if obj is None and entry is None:
+        return None, ""
+    return _live_row(obj, key, entry, site_rules()), ""

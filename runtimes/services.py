@@ -1,0 +1,171 @@
+"""Writes: the allow-list, the site settings, and the verdict history (with the periodic re-check)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from cluster import gateway
+from cluster.errors import ClusterError
+from cluster.gateway import RuntimeObject
+from dispatch_site.audit import audit_record
+from dispatch_site.roles import AnyUser
+from runtimes.models import AllowListEntry, RuntimeVerdict, SiteSettings, runtime_ref
+from runtimes.rules import check_runtime
+from runtimes.selectors import latest_verdicts, site_rules
+
+logger = logging.getLogger(__name__)
+
+
+class AlreadyListed(Exception):
+    pass
+
+
+def runtime_verdict_record(
+    *,
+    kind: str,
+    namespace: str,
+    name: str,
+    runtime: RuntimeObject | None,
+    verdict: dict[str, Any],
+    previous: RuntimeVerdict | None,
+) -> RuntimeVerdict | None:
+    """Record a verdict when it, or the runtime it judged, changed since the previous record."""
+    resource_version = runtime.resource_version if runtime else ""
+    if previous is not None and previous.verdict == verdict and previous.resource_version == resource_version:
+        return None
+    return RuntimeVerdict.objects.create(
+        kind=kind,
+        namespace=namespace,
+        name=name,
+        refused=bool(verdict["refused"]),
+        verdict=verdict,
+        resource_version=resource_version,
+        generation=runtime.generation if runtime else None,
+        runtime=runtime.body if runtime else None,
+    )
+
+
+def _check_and_record(
+    entry: AllowListEntry, runtime: RuntimeObject | None, previous: RuntimeVerdict | None
+) -> RuntimeVerdict | None:
+    verdict = check_runtime(
+        runtime.body if runtime else None,
+        rules=site_rules(),
+        allow_listed=True,
+        ref=entry.ref,
+    )
+    return runtime_verdict_record(
+        kind=entry.kind,
+        namespace=entry.namespace,
+        name=entry.name,
+        runtime=runtime,
+        verdict=verdict.to_dict(),
+        previous=previous,
+    )
+
+
+@dataclass(frozen=True)
+class RecheckResult:
+    checked: int
+    changed: list[str]
+
+
+def runtimes_recheck() -> RecheckResult:
+    """Check every allow-listed runtime against the cluster (one list call per kind); record what changed."""
+    live = {(o.kind, o.namespace, o.name): o for o in gateway.list_runtimes()}
+    previous = latest_verdicts()
+    changed = []
+    entries = list(AllowListEntry.objects.all())
+    for entry in entries:
+        key = (entry.kind, entry.namespace, entry.name)
+        if _check_and_record(entry, live.get(key), previous.get(key)) is not None:
+            changed.append(entry.ref)
+    if changed:
+        logger.info("runtime verdicts changed: %s", ", ".join(changed))
+    return RecheckResult(checked=len(entries), changed=changed)
+
+
+def allow_list_add(
+    *,
+    actor: AnyUser,
+    kind: str,
+    namespace: str,
+    name: str,
+    for_jobs: bool = True,
+    for_sessions: bool = False,
+    note: str = "",
+) -> AllowListEntry:
+    """Add a runtime to the allow-list and record its first verdict when the cluster can be read."""
+    if kind == "ClusterTrainingRuntime":
+        namespace = ""
+    try:
+        with transaction.atomic():
+            entry = AllowListEntry.objects.create(
+                kind=kind,
+                namespace=namespace,
+                name=name,
+                for_jobs=for_jobs,
+                for_sessions=for_sessions,
+                note=note,
+                added_by=actor if getattr(actor, "pk", None) else None,
+            )
+    except IntegrityError:
+        raise AlreadyListed(f"{runtime_ref(kind, namespace, name)} is already on the allow-list") from None
+    audit_record(
+        actor=actor,
+        action="runtime.allow",
+        object_type="runtime",
+        object_id=entry.ref,
+        details={"purposes": entry.purposes, "note": note},
+    )
+    try:
+        runtime = gateway.get_runtime(kind, namespace, name)
+    except ClusterError as exc:
+        logger.warning("could not check %s now: %s", entry.ref, exc)
+    else:
+        _check_and_record(entry, runtime, latest_verdicts().get((kind, namespace, name)))
+    return entry
+
+
+def allow_list_remove(*, actor: AnyUser, entry: AllowListEntry) -> None:
+    ref, purposes = entry.ref, entry.purposes
+    entry.delete()
+    audit_record(
+        actor=actor,
+        action="runtime.disallow",
+        object_type="runtime",
+        object_id=ref,
+        details={"purposes": purposes},
+    )
+
+
+SETTINGS_FIELDS = (
+    "allow_rank_restart",
+    "publish_via",
+    "publish_container",
+    "label_domain",
+    "trainer_version",
+)
+
+
+@transaction.atomic
+def site_settings_update(*, actor: AnyUser, **changes: Any) -> SiteSettings:
+    unknown = set(changes) - set(SETTINGS_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown site settings: {', '.join(sorted(unknown))}")
+    site = SiteSettings.objects.select_for_update().get_or_create(pk=1)[0]
+    before = site.as_dict()
+    for name, value in changes.items():
+        setattr(site, name, value)
+    site.updated_by = actor if getattr(actor, "pk", None) else None  # type: ignore[assignment]
+    site.save()
+    diff = {k: {"from": before[k], "to": v} for k, v in site.as_dict().items() if before[k] != v}
+    if diff:
+        audit_record(
+            actor=actor, action="settings.update", object_type="settings", object_id="site", details=diff
+        )
+    return site

@@ -1,0 +1,133 @@
+"""The allow-list and site settings over REST, per role. The cluster is unreachable here: the
+listing falls back to the recorded verdicts and says so (tests/cluster/ covers the live path)."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from dispatch_site.models import AuditEvent
+from runtimes.models import AllowListEntry, RuntimeVerdict, SiteSettings
+
+pytestmark = pytest.mark.django_db
+
+DISPATCH_KIND = {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind", "purposes": ["jobs", "sessions"]}
+
+
+@pytest.mark.parametrize(("who", "status"), [("oncall_api", 403), ("user_api", 403), ("anon_api", 401)])
+def test_only_platform_may_allow_a_runtime(request: pytest.FixtureRequest, who: str, status: int) -> None:
+    client: APIClient = request.getfixturevalue(who)
+    assert client.post("/api/v1/runtimes/allow-list", DISPATCH_KIND, format="json").status_code == status
+    assert not AllowListEntry.objects.exists()
+
+
+def test_platform_allows_and_removes_a_runtime_and_both_are_audited(platform_api: APIClient) -> None:
+    response = platform_api.post(
+        "/api/v1/runtimes/allow-list", DISPATCH_KIND | {"note": "the test runtime"}, format="json"
+    )
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["ref"] == "ClusterTrainingRuntime/dispatch-kind"
+    assert body["allow_listed"] is True
+    assert sorted(body["purposes"]) == ["jobs", "sessions"]
+
+    listing = platform_api.get("/api/v1/runtimes").json()
+    assert [r["ref"] for r in listing["results"]] == ["ClusterTrainingRuntime/dispatch-kind"]
+    assert "127.0.0.1:1" in listing["cluster_error"]
+
+    assert (
+        platform_api.delete("/api/v1/runtimes/allow-list/ClusterTrainingRuntime/_/dispatch-kind").status_code
+        == 204
+    )
+    assert not AllowListEntry.objects.exists()
+    actions = list(AuditEvent.objects.filter(object_type="runtime").values_list("action", "object_id"))
+    assert actions == [
+        ("runtime.disallow", "ClusterTrainingRuntime/dispatch-kind"),
+        ("runtime.allow", "ClusterTrainingRuntime/dispatch-kind"),
+    ]
+
+
+def test_allowing_twice_is_a_conflict(platform_api: APIClient) -> None:
+    assert platform_api.post("/api/v1/runtimes/allow-list", DISPATCH_KIND, format="json").status_code == 201
+    response = platform_api.post("/api/v1/runtimes/allow-list", DISPATCH_KIND, format="json")
+    assert response.status_code == 409
+    assert "already on the allow-list" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"kind": "MPIJob", "name": "x"}, "kind"),
+        ({"kind": "ClusterTrainingRuntime", "name": "Not_A_Name"}, "name"),
+        ({"kind": "TrainingRuntime", "name": "rt"}, "namespace"),
+        ({"kind": "ClusterTrainingRuntime", "name": "rt", "namespace": "team-a"}, "namespace"),
+        ({"kind": "ClusterTrainingRuntime", "name": "rt", "purposes": ["batch"]}, "purposes"),
+        ({"kind": "ClusterTrainingRuntime", "name": "rt", "purposes": []}, "purposes"),
+        ({"kind": "ClusterTrainingRuntime"}, "name"),
+    ],
+)
+def test_bad_allow_list_input_is_400_with_the_field(platform_api: APIClient, body: dict, field: str) -> None:
+    response = platform_api.post("/api/v1/runtimes/allow-list", body, format="json")
+    assert response.status_code == 400
+    assert field in response.json()
+
+
+def test_removing_what_is_not_listed_is_404(platform_api: APIClient) -> None:
+    assert platform_api.delete("/api/v1/runtimes/allow-list/ClusterTrainingRuntime/_/nope").status_code == 404
+    assert platform_api.delete("/api/v1/runtimes/allow-list/Pod/_/nope").status_code == 404
+
+
+def test_runtime_detail_shows_recorded_history_when_the_cluster_is_unreadable(user_api: APIClient) -> None:
+    AllowListEntry.objects.create(kind="ClusterTrainingRuntime", name="rt")
+    verdict = {
+        "refused": True,
+        "reasons": [{"code": "backoff-limit", "message": "m", "path": "p", "waived": False}],
+        "identity_warning": None,
+        "capabilities": [],
+    }
+    RuntimeVerdict.objects.create(
+        kind="ClusterTrainingRuntime",
+        name="rt",
+        refused=True,
+        verdict=verdict,
+        resource_version="42",
+        generation=3,
+        runtime={"kind": "ClusterTrainingRuntime"},
+    )
+    body = user_api.get("/api/v1/runtimes/ClusterTrainingRuntime/_/rt").json()
+    assert body["verdict_source"] == "recorded"
+    assert body["verdict"]["reasons"][0]["code"] == "backoff-limit"
+    assert body["history"][0]["codes"] == ["backoff-limit"]
+    assert body["history"][0]["resource_version"] == "42"
+
+
+def test_every_role_reads_settings_only_platform_changes_them(
+    user_api: APIClient, oncall_api: APIClient, platform_api: APIClient
+) -> None:
+    assert user_api.get("/api/v1/settings").json()["publish_via"] == "env"
+    assert user_api.patch("/api/v1/settings", {"allow_rank_restart": True}, format="json").status_code == 403
+    assert (
+        oncall_api.patch("/api/v1/settings", {"allow_rank_restart": True}, format="json").status_code == 403
+    )
+    response = platform_api.patch("/api/v1/settings", {"allow_rank_restart": True}, format="json")
+    assert response.status_code == 200
+    assert SiteSettings.load().allow_rank_restart is True
+    event = AuditEvent.objects.get(action="settings.update")
+    assert event.details == {"allow_rank_restart": {"from": False, "to": True}}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"publish_via": "initContainer"}, "publish_container"),
+        ({"publish_via": "sidecar"}, "publish_via"),
+        ({"trainer_version": "latest"}, "trainer_version"),
+        ({"label_domain": "nodots"}, "label_domain"),
+        ({"allow_rank_restart": "perhaps"}, "allow_rank_restart"),
+    ],
+)
+def test_bad_settings_are_400(platform_api: APIClient, body: dict, field: str) -> None:
+    response = platform_api.patch("/api/v1/settings", body, format="json")
+    assert response.status_code == 400
+    assert field in response.json()
+    assert not AuditEvent.objects.filter(action="settings.update").exists()
