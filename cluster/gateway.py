@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -74,10 +74,8 @@ def translate(exc: ApiException, what: str) -> ClusterError:
     status = exc.status or 0
     message = _api_message(exc)
     reason = ""
-    try:
+    with suppress(ValueError, AttributeError):
         reason = json.loads(exc.body or "{}").get("reason", "")
-    except (ValueError, AttributeError):
-        pass
     if status == 404:
         return NotFound(what, message, status=status)
     if status == 409 and reason == "AlreadyExists":
@@ -90,7 +88,7 @@ def translate(exc: ApiException, what: str) -> ClusterError:
 
 
 def _unreachable(exc: Exception) -> str:
-    """A one-line account of a connection failure, e.g. 'cannot connect to 127.0.0.1:6443: Connection refused'."""
+    """One line for a connection failure, e.g. 'cannot connect to 127.0.0.1:6443: Connection refused'."""
     if isinstance(exc, MaxRetryError):
         cause = exc.reason
         text = str(cause.args[-1] if isinstance(cause, NewConnectionError) and cause.args else cause)

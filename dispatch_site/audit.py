@@ -4,17 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import User
+
 from dispatch_site.models import AuditEvent
 from dispatch_site.roles import AnyUser
 
 
 def audit_record(
-    *, actor: AnyUser | None, action: str, object_type: str, object_id: str, details: dict[str, Any] | None = None
+    *,
+    actor: AnyUser | None,
+    action: str,
+    object_type: str,
+    object_id: str,
+    details: dict[str, Any] | None = None,
 ) -> AuditEvent:
-    authenticated = actor is not None and actor.is_authenticated
+    user = actor if isinstance(actor, User) else None
     return AuditEvent.objects.create(
-        actor=actor if authenticated else None,
-        actor_name=actor.get_username() if authenticated and actor is not None else "system",
+        actor=user,
+        actor_name=user.get_username() if user is not None else "system",
         action=action,
         object_type=object_type,
         object_id=str(object_id),

@@ -53,4 +53,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
 def readyz(request: HttpRequest) -> JsonResponse:
     checks = {"database": check_database(), "redis": check_redis(), "kubernetes": check_kubernetes()}
     ready = all(c["ok"] for c in checks.values())
-    return JsonResponse({"status": "ready" if ready else "not ready", "checks": checks}, status=200 if ready else 503)
+    return JsonResponse(
+        {"status": "ready" if ready else "not ready", "checks": checks}, status=200 if ready else 503
+    )

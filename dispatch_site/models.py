@@ -13,7 +13,11 @@ class NamespaceGrant(models.Model):
 
     namespace = models.CharField(max_length=63)
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="namespace_grants"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="namespace_grants",
     )
     group = models.ForeignKey(
         Group, null=True, blank=True, on_delete=models.CASCADE, related_name="namespace_grants"
@@ -23,7 +27,9 @@ class NamespaceGrant(models.Model):
     class Meta:
         constraints = [
             models.CheckConstraint(
-                condition=(Q(user__isnull=False, group__isnull=True) | Q(user__isnull=True, group__isnull=False)),
+                condition=(
+                    Q(user__isnull=False, group__isnull=True) | Q(user__isnull=True, group__isnull=False)
+                ),
                 name="namespace_grant_user_xor_group",
             ),
             models.UniqueConstraint(fields=["namespace", "user"], name="namespace_grant_unique_user"),
@@ -39,7 +45,9 @@ class AuditEvent(models.Model):
     """One action somebody took: append-only, read by the platform role."""
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
     actor_name = models.CharField(max_length=150)  # kept when the user is deleted
     action = models.CharField(max_length=64, db_index=True)
     object_type = models.CharField(max_length=64)
@@ -51,4 +59,6 @@ class AuditEvent(models.Model):
         indexes = [models.Index(fields=["object_type", "object_id"])]
 
     def __str__(self) -> str:
-        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.object_type}/{self.object_id}"
+        return (
+            f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.object_type}/{self.object_id}"
+        )

@@ -25,13 +25,17 @@ def _group_names(user: AnyUser) -> set[str]:
         return set()
     cached: set[str] | None = getattr(user, "_dispatch_groups", None)
     if cached is None:
-        cached = set(User.groups.through.objects.filter(user_id=user.pk).values_list("group__name", flat=True))
-        user._dispatch_groups = cached  # type: ignore[union-attr]
+        cached = set(
+            User.groups.through.objects.filter(user_id=user.pk).values_list("group__name", flat=True)
+        )
+        setattr(user, "_dispatch_groups", cached)  # noqa: B010 - a per-request cache on the user object
     return cached
 
 
 def is_platform(user: AnyUser) -> bool:
-    return bool(user.is_authenticated and (getattr(user, "is_superuser", False) or PLATFORM in _group_names(user)))
+    return bool(
+        user.is_authenticated and (getattr(user, "is_superuser", False) or PLATFORM in _group_names(user))
+    )
 
 
 def is_oncall(user: AnyUser) -> bool:

@@ -1,20 +1,20 @@
 from __future__ import annotations
 
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import URLPattern, URLResolver, include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from dispatch_site import health, views
 
-api_v1 = [
+api_v1: list[URLPattern | URLResolver] = [
     path("me", views.MeApi.as_view(), name="me"),
     path("audit", views.AuditListApi.as_view(), name="audit-list"),
     path("", include("runtimes.urls_api")),
     path("", include("jobs.urls_api")),
 ]
 
-dashboard = [
+dashboard: list[URLPattern | URLResolver] = [
     path("audit/", views.audit_page, name="audit"),
     path("", include("runtimes.urls")),
     path("", include("jobs.urls")),

@@ -32,8 +32,16 @@ class MeApi(APIView):
     def get(self, request: Request) -> Response:
         user = request.user
         granted = sorted(roles.granted_namespaces(user))
-        user_roles = [r for r, yes in ((roles.PLATFORM, roles.is_platform(user)), (roles.ONCALL, roles.is_oncall(user))) if yes]
-        data: dict[str, Any] = {"username": user.get_username(), "roles": user_roles or [roles.USER], "namespaces": granted}
+        user_roles = [
+            r
+            for r, yes in ((roles.PLATFORM, roles.is_platform(user)), (roles.ONCALL, roles.is_oncall(user)))
+            if yes
+        ]
+        data: dict[str, Any] = {
+            "username": user.get_username(),
+            "roles": user_roles or [roles.USER],
+            "namespaces": granted,
+        }
         return Response(self.OutputSerializer(data).data)
 
 
@@ -60,8 +68,12 @@ class AuditListApi(ListAPIView):
     def get_queryset(self) -> Any:
         queryset = AuditEvent.objects.all()
         params = self.request.query_params
-        for param, field in (("action", "action"), ("object_type", "object_type"), ("object_id", "object_id"),
-                             ("actor", "actor_name")):
+        for param, field in (
+            ("action", "action"),
+            ("object_type", "object_type"),
+            ("object_id", "object_id"),
+            ("actor", "actor_name"),
+        ):
             if params.get(param):
                 queryset = queryset.filter(**{field: params[param]})
         return queryset

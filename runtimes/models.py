@@ -25,7 +25,9 @@ class AllowListEntry(models.Model):
     for_jobs = models.BooleanField(default=True)
     for_sessions = models.BooleanField(default=False)
     note = models.TextField(blank=True, default="")
-    added_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    added_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
     added_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -64,7 +66,8 @@ class RuntimeVerdict(models.Model):
         indexes = [models.Index(fields=["kind", "namespace", "name", "-checked_at"])]
 
     def __str__(self) -> str:
-        return f"{runtime_ref(self.kind, self.namespace, self.name)}: {'refused' if self.refused else 'accepted'}"
+        verdict = "refused" if self.refused else "accepted"
+        return f"{runtime_ref(self.kind, self.namespace, self.name)}: {verdict}"
 
     @property
     def codes(self) -> list[str]:
@@ -85,7 +88,9 @@ class SiteSettings(models.Model):
     label_domain = models.CharField(max_length=253, default="dispatch.dev")
     trainer_version = models.CharField(max_length=32, default="v2.3.0")
     updated_at = models.DateTimeField(auto_now=True)
-    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     def __str__(self) -> str:
         return "site settings"

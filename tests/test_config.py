@@ -25,7 +25,11 @@ def test_defaults_are_sqlite_and_local_redis() -> None:
 def test_postgres_url_is_parsed() -> None:
     config = load_config({"DATABASE_URL": "postgres://u:p@127.0.0.1:5433/dispatchdb"})
     assert config.database["ENGINE"] == "django.db.backends.postgresql"
-    assert (config.database["NAME"], config.database["PORT"], config.database["USER"]) == ("dispatchdb", 5433, "u")
+    assert (config.database["NAME"], config.database["PORT"], config.database["USER"]) == (
+        "dispatchdb",
+        5433,
+        "u",
+    )
 
 
 @pytest.mark.parametrize(

@@ -6,43 +6,93 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('auth', '0012_alter_user_first_name_max_length'),
+        ("auth", "0012_alter_user_first_name_max_length"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='AuditEvent',
+            name="AuditEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('actor_name', models.CharField(max_length=150)),
-                ('action', models.CharField(db_index=True, max_length=64)),
-                ('object_type', models.CharField(max_length=64)),
-                ('object_id', models.CharField(max_length=255)),
-                ('details', models.JSONField(blank=True, default=dict)),
-                ('actor', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("actor_name", models.CharField(max_length=150)),
+                ("action", models.CharField(db_index=True, max_length=64)),
+                ("object_type", models.CharField(max_length=64)),
+                ("object_id", models.CharField(max_length=255)),
+                ("details", models.JSONField(blank=True, default=dict)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-at', '-id'],
-                'indexes': [models.Index(fields=['object_type', 'object_id'], name='dispatch_si_object__bfcd13_idx')],
+                "ordering": ["-at", "-id"],
+                "indexes": [
+                    models.Index(fields=["object_type", "object_id"], name="dispatch_si_object__bfcd13_idx")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='NamespaceGrant',
+            name="NamespaceGrant",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('namespace', models.CharField(max_length=63)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('group', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='namespace_grants', to='auth.group')),
-                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='namespace_grants', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("namespace", models.CharField(max_length=63)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "group",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="namespace_grants",
+                        to="auth.group",
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="namespace_grants",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.CheckConstraint(condition=models.Q(models.Q(('group__isnull', True), ('user__isnull', False)), models.Q(('group__isnull', False), ('user__isnull', True)), _connector='OR'), name='namespace_grant_user_xor_group'), models.UniqueConstraint(fields=('namespace', 'user'), name='namespace_grant_unique_user'), models.UniqueConstraint(fields=('namespace', 'group'), name='namespace_grant_unique_group')],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            models.Q(("group__isnull", True), ("user__isnull", False)),
+                            models.Q(("group__isnull", False), ("user__isnull", True)),
+                            _connector="OR",
+                        ),
+                        name="namespace_grant_user_xor_group",
+                    ),
+                    models.UniqueConstraint(fields=("namespace", "user"), name="namespace_grant_unique_user"),
+                    models.UniqueConstraint(
+                        fields=("namespace", "group"), name="namespace_grant_unique_group"
+                    ),
+                ],
             },
         ),
     ]

@@ -7,7 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -16,79 +15,197 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.CharField(default=jobs.models._new_job_id, editable=False, max_length=16, primary_key=True, serialize=False)),
-                ('namespace', models.CharField(db_index=True, max_length=63)),
-                ('display_name', models.CharField(blank=True, default='', max_length=200)),
-                ('runtime_kind', models.CharField(max_length=32)),
-                ('runtime_namespace', models.CharField(blank=True, default='', max_length=63)),
-                ('runtime_name', models.CharField(max_length=253)),
-                ('spec', models.JSONField()),
-                ('plan', models.JSONField(null=True)),
-                ('runtime_snapshot', models.JSONField(null=True)),
-                ('reasons', models.JSONField(default=list)),
-                ('identity_warnings', models.JSONField(default=list)),
-                ('state', models.CharField(choices=[('refused', 'Refused'), ('pending', 'Pending'), ('queued', 'Queued'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled'), ('unknown', 'Unknown')], db_index=True, default='pending', max_length=16)),
-                ('cause', models.CharField(blank=True, choices=[('preempted', 'Preempted'), ('node-lost', 'Node Lost'), ('oom', 'Oom'), ('timeout', 'Timeout'), ('no-capacity', 'No Capacity'), ('image-pull', 'Image Pull'), ('evicted', 'Evicted'), ('config-error', 'Config Error'), ('app-error', 'App Error'), ('runtime-missing', 'Runtime Missing'), ('identity-violation', 'Identity Violation'), ('cancelled', 'Cancelled')], default='', max_length=32)),
-                ('message', models.TextField(blank=True, default='')),
-                ('evidence', models.JSONField(blank=True, default=dict)),
-                ('current_attempt', models.PositiveIntegerField(default=0)),
-                ('idempotency_key', models.CharField(blank=True, max_length=255, null=True)),
-                ('request_hash', models.CharField(blank=True, default='', max_length=64)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('state_changed_at', models.DateTimeField(auto_now_add=True)),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='jobs', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.CharField(
+                        default=jobs.models._new_job_id,
+                        editable=False,
+                        max_length=16,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("namespace", models.CharField(db_index=True, max_length=63)),
+                ("display_name", models.CharField(blank=True, default="", max_length=200)),
+                ("runtime_kind", models.CharField(max_length=32)),
+                ("runtime_namespace", models.CharField(blank=True, default="", max_length=63)),
+                ("runtime_name", models.CharField(max_length=253)),
+                ("spec", models.JSONField()),
+                ("plan", models.JSONField(null=True)),
+                ("runtime_snapshot", models.JSONField(null=True)),
+                ("reasons", models.JSONField(default=list)),
+                ("identity_warnings", models.JSONField(default=list)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("refused", "Refused"),
+                            ("pending", "Pending"),
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                            ("unknown", "Unknown"),
+                        ],
+                        db_index=True,
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "cause",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("preempted", "Preempted"),
+                            ("node-lost", "Node Lost"),
+                            ("oom", "Oom"),
+                            ("timeout", "Timeout"),
+                            ("no-capacity", "No Capacity"),
+                            ("image-pull", "Image Pull"),
+                            ("evicted", "Evicted"),
+                            ("config-error", "Config Error"),
+                            ("app-error", "App Error"),
+                            ("runtime-missing", "Runtime Missing"),
+                            ("identity-violation", "Identity Violation"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="",
+                        max_length=32,
+                    ),
+                ),
+                ("message", models.TextField(blank=True, default="")),
+                ("evidence", models.JSONField(blank=True, default=dict)),
+                ("current_attempt", models.PositiveIntegerField(default=0)),
+                ("idempotency_key", models.CharField(blank=True, max_length=255, null=True)),
+                ("request_hash", models.CharField(blank=True, default="", max_length=64)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("state_changed_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="jobs",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Execution',
+            name="Execution",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('attempt', models.PositiveIntegerField()),
-                ('trainjob_name', models.CharField(max_length=63)),
-                ('state', models.CharField(choices=[('refused', 'Refused'), ('pending', 'Pending'), ('queued', 'Queued'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled'), ('unknown', 'Unknown')], default='pending', max_length=16)),
-                ('cause', models.CharField(blank=True, choices=[('preempted', 'Preempted'), ('node-lost', 'Node Lost'), ('oom', 'Oom'), ('timeout', 'Timeout'), ('no-capacity', 'No Capacity'), ('image-pull', 'Image Pull'), ('evicted', 'Evicted'), ('config-error', 'Config Error'), ('app-error', 'App Error'), ('runtime-missing', 'Runtime Missing'), ('identity-violation', 'Identity Violation'), ('cancelled', 'Cancelled')], default='', max_length=32)),
-                ('message', models.TextField(blank=True, default='')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('submitted_at', models.DateTimeField(null=True)),
-                ('finished_at', models.DateTimeField(null=True)),
-                ('submit_tries', models.PositiveIntegerField(default=0)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='executions', to='jobs.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("attempt", models.PositiveIntegerField()),
+                ("trainjob_name", models.CharField(max_length=63)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("refused", "Refused"),
+                            ("pending", "Pending"),
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                            ("unknown", "Unknown"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "cause",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("preempted", "Preempted"),
+                            ("node-lost", "Node Lost"),
+                            ("oom", "Oom"),
+                            ("timeout", "Timeout"),
+                            ("no-capacity", "No Capacity"),
+                            ("image-pull", "Image Pull"),
+                            ("evicted", "Evicted"),
+                            ("config-error", "Config Error"),
+                            ("app-error", "App Error"),
+                            ("runtime-missing", "Runtime Missing"),
+                            ("identity-violation", "Identity Violation"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="",
+                        max_length=32,
+                    ),
+                ),
+                ("message", models.TextField(blank=True, default="")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("submitted_at", models.DateTimeField(null=True)),
+                ("finished_at", models.DateTimeField(null=True)),
+                ("submit_tries", models.PositiveIntegerField(default=0)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="executions", to="jobs.job"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['job', 'attempt'],
+                "ordering": ["job", "attempt"],
             },
         ),
         migrations.CreateModel(
-            name='JobEvent',
+            name="JobEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('at', models.DateTimeField(auto_now_add=True)),
-                ('attempt', models.PositiveIntegerField(null=True)),
-                ('kind', models.CharField(max_length=32)),
-                ('message', models.TextField()),
-                ('details', models.JSONField(blank=True, default=dict)),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='jobs.job')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("at", models.DateTimeField(auto_now_add=True)),
+                ("attempt", models.PositiveIntegerField(null=True)),
+                ("kind", models.CharField(max_length=32)),
+                ("message", models.TextField()),
+                ("details", models.JSONField(blank=True, default=dict)),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="events", to="jobs.job"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['at', 'id'],
+                "ordering": ["at", "id"],
             },
         ),
         migrations.AddIndex(
-            model_name='job',
-            index=models.Index(fields=['runtime_kind', 'runtime_namespace', 'runtime_name'], name='jobs_job_runtime_640ebc_idx'),
+            model_name="job",
+            index=models.Index(
+                fields=["runtime_kind", "runtime_namespace", "runtime_name"],
+                name="jobs_job_runtime_640ebc_idx",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='job',
-            constraint=models.UniqueConstraint(condition=models.Q(('idempotency_key__isnull', False)), fields=('owner', 'idempotency_key'), name='job_unique_idempotency_key_per_owner'),
+            model_name="job",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("idempotency_key__isnull", False)),
+                fields=("owner", "idempotency_key"),
+                name="job_unique_idempotency_key_per_owner",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='execution',
-            constraint=models.UniqueConstraint(fields=('job', 'attempt'), name='execution_unique_attempt'),
+            model_name="execution",
+            constraint=models.UniqueConstraint(fields=("job", "attempt"), name="execution_unique_attempt"),
         ),
     ]

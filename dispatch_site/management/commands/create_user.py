@@ -20,7 +20,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("username")
         parser.add_argument("--role", choices=roles.ROLES, default=roles.USER)
-        parser.add_argument("--namespace", nargs="*", default=[], help='namespaces they may submit into ("*": all)')
+        parser.add_argument(
+            "--namespace", nargs="*", default=[], help='namespaces they may submit into ("*": all)'
+        )
         parser.add_argument("--password", default=None, help="for dashboard login (optional)")
         parser.add_argument("--email", default="")
 
