@@ -82,3 +82,13 @@ def _no_cluster_unless_asked(settings, tmp_path_factory: pytest.TempPathFactory)
         path.write_text(UNREACHABLE_KUBECONFIG)
     settings.KUBECONFIG = str(path)
     settings.KUBE_TIMEOUT_SECONDS = 2
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _celery_runs_tasks_in_process() -> None:
+    """Tasks run in the test process when their on_commit hook fires (django_capture_on_commit_callbacks):
+    the same task code a worker runs, without a worker. tests/tasks/ runs a real worker against Redis."""
+    from dispatch_site.celery import app
+
+    app.conf.task_always_eager = True
+    app.conf.task_eager_propagates = True

@@ -1,0 +1,192 @@
+"""REST: plan, submit, list, read and cancel jobs. Views validate, call one service, render."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.generics import ListAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from cluster.errors import ClusterError
+from dispatch_site.api import CreatedCursorPagination
+from jobs import selectors, services
+from jobs.models import Execution, Job, JobState
+from jobs.serializers import JobSpecSerializer
+from runtimes.models import SiteSettings
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+def _spec_from(request: Request) -> Any:
+    serializer = JobSpecSerializer(
+        data=request.data, context={"label_domain": SiteSettings.load().label_domain}
+    )
+    serializer.is_valid(raise_exception=True)
+    return serializer.to_spec()
+
+
+def _cluster_unavailable(exc: ClusterError) -> Response:
+    return Response(
+        {"detail": f"the cluster could not be read, nothing was recorded: {exc}"},
+        status=status.HTTP_503_SERVICE_UNAVAILABLE,
+    )
+
+
+class ExecutionSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Execution
+        fields = [
+            "attempt",
+            "trainjob_name",
+            "state",
+            "cause",
+            "message",
+            "created_at",
+            "submitted_at",
+            "finished_at",
+        ]
+
+
+class JobSerializer(serializers.ModelSerializer):
+    owner = serializers.CharField(source="owner.username")
+    runtime = serializers.SerializerMethodField()
+    status_url = serializers.SerializerMethodField()
+    executions = ExecutionSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "display_name",
+            "owner",
+            "namespace",
+            "runtime",
+            "state",
+            "cause",
+            "message",
+            "evidence",
+            "reasons",
+            "identity_warnings",
+            "current_attempt",
+            "executions",
+            "created_at",
+            "updated_at",
+            "state_changed_at",
+            "status_url",
+        ]
+
+    def get_runtime(self, job: Job) -> dict[str, Any]:
+        data = {"kind": job.runtime_kind, "name": job.runtime_name}
+        if job.runtime_namespace:
+            data["namespace"] = job.runtime_namespace
+        return data
+
+    def get_status_url(self, job: Job) -> str:
+        return f"/api/v1/jobs/{job.id}"
+
+
+class JobDetailSerializer(JobSerializer):
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "spec", "plan"]
+
+
+class PlanApi(APIView):
+    @extend_schema(
+        request=JobSpecSerializer, summary="What start would do: verdict, reasons, objects, images"
+    )
+    def post(self, request: Request) -> Response:
+        spec = _spec_from(request)
+        try:
+            plan, _ = services.job_plan(user=request.user, spec=spec)
+        except ClusterError as exc:
+            return _cluster_unavailable(exc)
+        return Response(plan.to_dict())
+
+
+class JobListCreateApi(ListAPIView):
+    serializer_class = JobSerializer
+    pagination_class = CreatedCursorPagination
+
+    def get_queryset(self) -> Any:
+        params = self.request.query_params
+        state = params.get("state", "")
+        if state and state not in JobState.values:
+            raise ValidationError({"state": [f"not one of {', '.join(JobState.values)}"]})
+        return selectors.jobs_filtered(
+            self.request.user,
+            state=state,
+            runtime=params.get("runtime", ""),
+            namespace=params.get("namespace", ""),
+            owner=params.get("owner", ""),
+        ).prefetch_related("executions")
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(n, str, required=False) for n in ("state", "runtime", "namespace", "owner")
+        ],
+        summary="Jobs you may see, newest first (cursor pagination)",
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(
+        request=JobSpecSerializer,
+        parameters=[OpenApiParameter(IDEMPOTENCY_HEADER, str, OpenApiParameter.HEADER, required=False)],
+        responses={202: JobSerializer, 422: JobSerializer},
+        summary="Submit a job: refused (422, every reason) or accepted (202) and started by a worker",
+    )
+    def post(self, request: Request) -> Response:
+        key = request.headers.get(IDEMPOTENCY_HEADER, "").strip() or None
+        if key is not None and len(key) > 255:
+            raise ValidationError({IDEMPOTENCY_HEADER: ["at most 255 characters"]})
+        spec = _spec_from(request)
+        try:
+            submission = services.job_submit(owner=request.user, spec=spec, idempotency_key=key)
+        except services.NamespaceNotGranted as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
+        except services.IdempotencyConflict as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        except ClusterError as exc:
+            return _cluster_unavailable(exc)
+        job = submission.job
+        code = (
+            status.HTTP_422_UNPROCESSABLE_ENTITY
+            if job.state == JobState.REFUSED
+            else status.HTTP_202_ACCEPTED
+        )
+        headers = {"Location": f"/api/v1/jobs/{job.id}"}
+        if submission.replayed:
+            headers["Idempotent-Replayed"] = "true"
+        return Response(JobSerializer(job).data, status=code, headers=headers)
+
+
+class JobDetailApi(APIView):
+    @extend_schema(responses=JobDetailSerializer, summary="One job with its plan and executions")
+    def get(self, request: Request, job_id: str) -> Response:
+        job = selectors.job_for(request.user, job_id)
+        if job is None:
+            raise Http404("no such job")
+        return Response(JobDetailSerializer(job).data)
+
+
+class JobCancelApi(APIView):
+    @extend_schema(
+        request=None, responses=JobSerializer, summary="Cancel: delete the TrainJob; state cancelled"
+    )
+    def post(self, request: Request, job_id: str) -> Response:
+        job = selectors.job_for(request.user, job_id)
+        if job is None:
+            raise Http404("no such job")
+        if not selectors.may_cancel(request.user, job):
+            return Response({"detail": "only the owner, on-call or platform may cancel"}, status=403)
+        try:
+            job = services.job_cancel(actor=request.user, job=job)
+        except services.JobNotCancellable as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(JobSerializer(job).data, status=status.HTTP_202_ACCEPTED)

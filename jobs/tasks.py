@@ -1,0 +1,40 @@
+"""Celery tasks: thin. Each takes a primary key, reloads the row in the service, and returns if it is gone."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import shared_task
+
+logger = logging.getLogger(__name__)
+
+MAX_SUBMIT_RETRIES = 8
+
+
+def _backoff(retries: int) -> int:
+    return int(min(2**retries, 60))
+
+
+@shared_task(bind=True, name="jobs.tasks.execution_submit", acks_late=True, max_retries=MAX_SUBMIT_RETRIES)
+def execution_submit(self: Any, execution_id: int) -> None:
+    from jobs import services
+
+    try:
+        services.execution_submit(execution_id=execution_id)
+    except services.TransientSubmitError as exc:
+        if self.request.retries >= MAX_SUBMIT_RETRIES:
+            services.execution_give_up(execution_id=execution_id, error=str(exc))
+            return
+        logger.warning("execution %s: transient error, retrying: %s", execution_id, exc)
+        raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+
+
+@shared_task(bind=True, name="jobs.tasks.execution_delete", acks_late=True, max_retries=MAX_SUBMIT_RETRIES)
+def execution_delete(self: Any, execution_id: int) -> None:
+    from jobs import services
+
+    try:
+        services.execution_delete(execution_id=execution_id)
+    except services.TransientSubmitError as exc:
+        raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
