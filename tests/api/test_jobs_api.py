@@ -1,4 +1,4 @@
-"""Jobs over REST without a cluster: validation, grants, visibility, cancel. (tests/cluster/ submits for real.)"""
+"""Jobs over REST without a cluster: validation, grants, visibility, cancel (tests/cluster/ submits)."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def test_unauthenticated_is_401(anon_api: APIClient) -> None:
 def test_users_see_their_own_jobs_oncall_and_platform_see_all(
     user_api: APIClient, oncall_api: APIClient, platform_api: APIClient, plain_user: Any, make_user: Any
 ) -> None:
-    other, other_token = make_user("otto", namespaces=("team-a",))
+    other, _ = make_user("otto", namespaces=("team-a",))
     mine, theirs = _job(plain_user[0]), _job(other)
     assert [j["id"] for j in user_api.get("/api/v1/jobs").json()["results"]] == [mine.id]
     assert user_api.get(f"/api/v1/jobs/{theirs.id}").status_code == 404
