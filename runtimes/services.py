@@ -91,7 +91,7 @@ def runtimes_recheck() -> RecheckResult:
 
 def allow_list_add(
     *,
-    actor: AnyUser,
+    actor: AnyUser | None,
     kind: str,
     namespace: str,
     name: str,

@@ -1,0 +1,28 @@
+"""Puts the local control plane's example runtime `dispatch-kind` on the allow-list (used by `make up`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from runtimes import services
+from runtimes.selectors import allow_list_entry
+
+
+class Command(BaseCommand):
+    help = "Allow-list ClusterTrainingRuntime dispatch-kind for jobs and sessions, unless it is listed already."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if allow_list_entry("ClusterTrainingRuntime", "", "dispatch-kind") is not None:
+            return
+        services.allow_list_add(
+            actor=None,
+            kind="ClusterTrainingRuntime",
+            namespace="",
+            name="dispatch-kind",
+            for_jobs=True,
+            for_sessions=True,
+            note="the local control plane's example runtime (make up)",
+        )
+        self.stdout.write("allow-listed ClusterTrainingRuntime/dispatch-kind")
