@@ -7,6 +7,7 @@ errors in cluster.errors, naming the object as "Kind namespace/name".
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -146,8 +147,29 @@ def list_runtimes() -> list[RuntimeObject]:
     ] + [RuntimeObject.from_body("TrainingRuntime", item) for item in namespaced.get("items", [])]
 
 
-def get_runtime(kind: str, namespace: str, name: str) -> RuntimeObject | None:
-    """The runtime, or None when it does not exist."""
+_runtime_cache: dict[tuple[str, str, str], tuple[float, RuntimeObject | None]] = {}
+_RUNTIME_CACHE_LIMIT = 1024
+
+
+def get_runtime(kind: str, namespace: str, name: str, *, max_age: float = 0.0) -> RuntimeObject | None:
+    """The runtime, or None when it does not exist.
+
+    max_age > 0 accepts a read at most that many seconds old from this process (plan answers many requests
+    for the same few runtimes); start always reads afresh, so a stale plan can never create anything.
+    """
+    key = (kind, namespace, name)
+    if max_age > 0:
+        cached = _runtime_cache.get(key)
+        if cached is not None and time.monotonic() - cached[0] <= max_age:
+            return cached[1]
+    runtime = _read_runtime(kind, namespace, name)
+    if len(_runtime_cache) >= _RUNTIME_CACHE_LIMIT:
+        _runtime_cache.clear()
+    _runtime_cache[key] = (time.monotonic(), runtime)
+    return runtime
+
+
+def _read_runtime(kind: str, namespace: str, name: str) -> RuntimeObject | None:
     api = custom()
     what = target(kind, namespace, name)
     try:

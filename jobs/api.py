@@ -103,7 +103,9 @@ class PlanApi(APIView):
     def post(self, request: Request) -> Response:
         spec = _spec_from(request)
         try:
-            plan, _ = services.job_plan(user=request.user, spec=spec)
+            plan, _ = services.job_plan(
+                user=request.user, spec=spec, runtime_max_age=services.PLAN_RUNTIME_MAX_AGE
+            )
         except ClusterError as exc:
             return _cluster_unavailable(exc)
         return Response(plan.to_dict())

@@ -59,13 +59,20 @@ def _runtime_key(spec: JobSpec) -> tuple[str, str, str]:
     return spec.runtime.kind, spec.runtime.namespace or "", spec.runtime.name
 
 
-def job_plan(*, user: Any, spec: JobSpec, job_id: str | None = None, attempt: int = 1) -> tuple[Plan, Any]:
+# How stale a runtime read may be for answering plan and accepting a submission; the task that starts the
+# execution reads it afresh and judges it again before creating anything.
+PLAN_RUNTIME_MAX_AGE = 2.0
+
+
+def job_plan(
+    *, user: Any, spec: JobSpec, job_id: str | None = None, attempt: int = 1, runtime_max_age: float = 0.0
+) -> tuple[Plan, Any]:
     """What starting this job would do. Reads the runtime from the cluster (ClusterError when it cannot);
     creates nothing. Returns the plan and the runtime object it judged (None when it does not exist)."""
     site = SiteSettings.load()
     kind, namespace, name = _runtime_key(spec)
     entry = allow_list_entry(kind, namespace, name)
-    runtime = gateway.get_runtime(kind, namespace, name)
+    runtime = gateway.get_runtime(kind, namespace, name, max_age=runtime_max_age)
     plan = build_plan(
         spec=spec,
         runtime=runtime.body if runtime else None,
@@ -114,7 +121,7 @@ def job_submit(*, owner: User, spec: JobSpec, idempotency_key: str | None = None
         raise NamespaceNotGranted(f"namespace {spec.namespace!r} is not granted to {owner.get_username()}")
 
     job_id = new_job_id()
-    plan, runtime = job_plan(user=owner, spec=spec, job_id=job_id)
+    plan, runtime = job_plan(user=owner, spec=spec, job_id=job_id, runtime_max_age=PLAN_RUNTIME_MAX_AGE)
     plan_data = plan.to_dict()
     refused = plan.refused
     try:

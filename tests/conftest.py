@@ -14,6 +14,9 @@ from rest_framework.test import APIClient
 from dispatch_site import roles
 from dispatch_site.services import user_create
 
+# dispatch-on-the-cluster fixtures; they build on tests/cluster/conftest.py's kubeconfig/kube/namespace.
+pytest_plugins = ["tests.cluster.dispatch_fixtures"]
+
 
 @pytest.fixture
 def make_user(db: None) -> Callable[..., tuple[User, str]]:

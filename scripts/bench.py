@@ -1,0 +1,244 @@
+#!/usr/bin/env python
+"""make bench: one report, every ratio measured side by side in one run on this machine.
+
+1. Rule checker: cost of checking a runtime / cost of parsing its YAML (target <= 0.5).
+2. On one gunicorn server (PostgreSQL, Redis, the local control plane), driven by wrk:
+   - plan requests/s divided by requests/s of a trivial authenticated endpoint (GET /api/v1/me), target >= 0.5;
+   - accepted submissions/s (POST /api/v1/jobs answered 202, each recorded in PostgreSQL and enqueued
+     to Redis), target >= 200. No worker runs during the measurement, so the cluster is not flooded;
+     the bench's jobs and queued messages are removed afterwards.
+The report is printed and written to var/bench/report.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+PY = Path(sys.executable)
+DURATION = os.environ.get("BENCH_DURATION", "10s")
+CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "8"))
+GUNICORN_WORKERS = int(os.environ.get("BENCH_WORKERS", "4"))
+BENCH_REDIS_DB = 2  # the bench's own Redis database, flushed afterwards
+BENCH_NAMESPACE = "bench"
+
+
+def log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cluster_kubeconfig() -> str:
+    if os.environ.get("KUBECONFIG"):
+        return os.environ["KUBECONFIG"]
+    log("starting the local control plane (scripts/cluster up) ...")
+    up = subprocess.run(
+        [str(REPO / "scripts" / "cluster"), "up"], capture_output=True, text=True, check=False
+    )
+    if up.returncode != 0:
+        sys.exit(f"scripts/cluster up failed:\n{up.stderr[-3000:]}")
+    return up.stdout.strip().splitlines()[-1]
+
+
+def redis_url() -> str:
+    base = os.environ.get("REDIS_URL", "redis://127.0.0.1:26379/1")
+    return re.sub(r"/\d+$", "", base) + f"/{BENCH_REDIS_DB}"
+
+
+def setup_django(env: dict[str, str]) -> str:
+    """Migrate, create the bench user, allow-list dispatch-kind; return the user's token."""
+    os.environ.update(env)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dispatch_site.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from django.contrib.auth.models import User
+
+    from dispatch_site import roles
+    from dispatch_site.services import user_create
+    from runtimes.models import AllowListEntry
+
+    User.objects.filter(username="bench").delete()
+    _, token = user_create(username="bench", role=roles.USER, namespaces=[BENCH_NAMESPACE])
+    AllowListEntry.objects.get_or_create(kind="ClusterTrainingRuntime", namespace="", name="dispatch-kind")
+    return token
+
+
+def cleanup_django() -> int:
+    from django.contrib.auth.models import User
+
+    from dispatch_site.models import AuditEvent
+    from jobs.models import Job
+
+    user = User.objects.get(username="bench")
+    count, _ = Job.objects.filter(owner=user).delete()
+    AuditEvent.objects.filter(actor_name="bench").delete()
+    user.delete()
+    return count
+
+
+def wrk(url: str, token: str, body: dict[str, Any] | None = None) -> dict[str, float]:
+    script = f"""
+wrk.headers["Authorization"] = "Token {token}"
+wrk.headers["Content-Type"] = "application/json"
+{"wrk.method = 'POST'" if body is not None else ""}
+{"wrk.body = " + json.dumps(json.dumps(body)) if body is not None else ""}
+"""
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as lua:
+        lua.write(script)
+    result = subprocess.run(
+        ["wrk", "-t", "2", "-c", str(CONNECTIONS), "-d", DURATION, "--latency", "-s", lua.name, url],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    os.unlink(lua.name)
+    out = result.stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
+    p99_ms = 0.0
+    if p99:
+        p99_ms = float(p99.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[p99.group(2)]
+    return {"rps": rps, "requests": total, "non_2xx": int(bad.group(1)) if bad else 0, "p99_ms": p99_ms}
+
+
+def wait_http(url: str, timeout: float = 30) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.2)
+    sys.exit(f"server did not answer {url}")
+
+
+def server_bench() -> list[dict[str, Any]]:
+    if not shutil.which("wrk"):
+        log("installing wrk (Debian package) ...")
+        subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=True, capture_output=True)
+    kubeconfig = cluster_kubeconfig()
+    env = {
+        "DATABASE_URL": os.environ.get(
+            "DATABASE_URL", "postgres://dispatch:dispatch@127.0.0.1:25432/dispatch"
+        ),
+        "REDIS_URL": redis_url(),
+        "KUBECONFIG": kubeconfig,
+        "LOG_LEVEL": "WARNING",
+    }
+    token = setup_django(env)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [
+            str(PY.parent / "gunicorn"),
+            "dispatch_site.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(GUNICORN_WORKERS),
+            "--log-level",
+            "warning",
+        ],
+        cwd=REPO,
+        env=os.environ | env,
+    )
+    rows = []
+    try:
+        wait_http(f"{base}/healthz")
+        body = {
+            "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+            "namespace": BENCH_NAMESPACE,
+            "image": "localhost/trainer:v1",
+            "num_nodes": 2,
+            "env": {"LEARNING_RATE": "0.1"},
+        }
+        log(
+            f"gunicorn with {GUNICORN_WORKERS} workers on {base}; wrk {CONNECTIONS} connections, {DURATION} each"
+        )
+        wrk(f"{base}/api/v1/me", token)  # warm-up: imports, connections, the runtime read
+        trivial = wrk(f"{base}/api/v1/me", token)
+        plan = wrk(f"{base}/api/v1/plan", token, body)
+        submit = wrk(f"{base}/api/v1/jobs", token, body)
+        rows = [
+            {"name": "GET /api/v1/me (trivial, authenticated)", **trivial},
+            {"name": "POST /api/v1/plan", **plan},
+            {"name": "POST /api/v1/jobs (accepted: 202)", **submit},
+        ]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        removed = cleanup_django()
+        import redis
+
+        redis.Redis.from_url(redis_url()).flushdb()
+        log(f"removed {removed} bench jobs and flushed Redis db {BENCH_REDIS_DB}")
+    return rows
+
+
+def main() -> None:
+    from scripts.bench_rules import run as rules_run
+
+    lines = [
+        f"# dispatch benchmark report ({time.strftime('%Y-%m-%d %H:%M:%S')}, {os.cpu_count()} cores)",
+        "",
+    ]
+    lines += ["## Rule checker: check / parse (target <= 0.5)", ""]
+    lines += ["| runtime | loader | parse µs | check µs | ratio | target met |", "|---|---|---|---|---|---|"]
+    for row in rules_run():
+        lines.append(
+            f"| {row['name']} | {row.get('loader', '')} | {row['parse_seconds'] * 1e6:.1f} | "
+            f"{row['check_seconds'] * 1e6:.1f} | {row['ratio']:.3f} | {'yes' if row['ratio'] <= 0.5 else 'NO'} |"
+        )
+    rows = server_bench()
+    by_name = {r["name"]: r for r in rows}
+    trivial = by_name["GET /api/v1/me (trivial, authenticated)"]
+    plan = by_name["POST /api/v1/plan"]
+    submit = by_name["POST /api/v1/jobs (accepted: 202)"]
+    lines += ["", "## One server, side by side (wrk)", ""]
+    lines += ["| endpoint | requests/s | requests | non-2xx | p99 ms |", "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['name']} | {r['rps']:.0f} | {r['requests']} | {r['non_2xx']} | {r['p99_ms']:.1f} |"
+        )
+    ratio = plan["rps"] / trivial["rps"]
+    accepted = submit["rps"] if submit["non_2xx"] == 0 else 0.0
+    lines += [
+        "",
+        "| measure | value | target | met |",
+        "|---|---|---|---|",
+        f"| plan rps / trivial rps | {ratio:.2f} | >= 0.5 | {'yes' if ratio >= 0.5 else 'NO'} |",
+        f"| accepted submissions/s (PostgreSQL) | {accepted:.0f} | >= 200 | {'yes' if accepted >= 200 else 'NO'} |",
+    ]
+    report = "\n".join(lines) + "\n"
+    out = REPO / "var" / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(report)
+    print(report)
+
+
+if __name__ == "__main__":
+    main()
