@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -29,8 +29,6 @@ PLURALS = {
     "TrainingRuntime": "trainingruntimes",
     "TrainJob": "trainjobs",
 }
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -108,7 +106,8 @@ def _calling(what: str) -> Iterator[None]:
         raise ClusterUnavailable(what, _unreachable(exc)) from None
 
 
-def _call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+def _call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    # The generated client types custom-object results as `object`; they are plain dicts.
     with _calling(what):
         return fn(*args, _request_timeout=request_timeout(), **kwargs)
 

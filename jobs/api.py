@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
@@ -144,12 +145,14 @@ class JobListCreateApi(ListAPIView):
         summary="Submit a job: refused (422, every reason) or accepted (202) and started by a worker",
     )
     def post(self, request: Request) -> Response:
+        owner = request.user
+        assert isinstance(owner, User)  # IsAuthenticated ran
         key = request.headers.get(IDEMPOTENCY_HEADER, "").strip() or None
         if key is not None and len(key) > 255:
             raise ValidationError({IDEMPOTENCY_HEADER: ["at most 255 characters"]})
         spec = _spec_from(request)
         try:
-            submission = services.job_submit(owner=request.user, spec=spec, idempotency_key=key)
+            submission = services.job_submit(owner=owner, spec=spec, idempotency_key=key)
         except services.NamespaceNotGranted as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
         except services.IdempotencyConflict as exc:

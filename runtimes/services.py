@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 
 from cluster import gateway
@@ -111,7 +112,7 @@ def allow_list_add(
                 for_jobs=for_jobs,
                 for_sessions=for_sessions,
                 note=note,
-                added_by=actor if getattr(actor, "pk", None) else None,
+                added_by=actor if isinstance(actor, User) else None,
             )
     except IntegrityError:
         raise AlreadyListed(f"{runtime_ref(kind, namespace, name)} is already on the allow-list") from None
@@ -161,7 +162,7 @@ def site_settings_update(*, actor: AnyUser, **changes: Any) -> SiteSettings:
     before = site.as_dict()
     for name, value in changes.items():
         setattr(site, name, value)
-    site.updated_by = actor if getattr(actor, "pk", None) else None  # type: ignore[assignment]
+    site.updated_by = actor if isinstance(actor, User) else None
     site.save()
     diff = {k: {"from": before[k], "to": v} for k, v in site.as_dict().items() if before[k] != v}
     if diff:

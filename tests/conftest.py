@@ -6,6 +6,7 @@ Like healthchecks' Alice/Bob/Charlie: a permission test only has to pick who cal
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -77,7 +78,7 @@ current-context: nowhere
 
 
 @pytest.fixture(autouse=True)
-def _no_cluster_unless_asked(settings, tmp_path_factory: pytest.TempPathFactory) -> None:  # type: ignore[no-untyped-def]
+def _no_cluster_unless_asked(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Tests outside tests/cluster/ see an unreachable API server (nothing listens on port 1), never
     whatever local cluster happens to run; tests/cluster/conftest.py points them at the real one."""
     path = tmp_path_factory.getbasetemp() / "unreachable.kubeconfig"

@@ -174,11 +174,11 @@ def test_a_duplicate_task_delivery_creates_one_trainjob(
     execution = Execution.objects.get(job_id=job_id)
     # The broker delivers the same message twice (acks_late + a lost ack), and a third time after a crash
     # between creating the objects and recording it: every delivery finds our objects, none makes another.
-    execution_submit.apply(args=[execution.pk])
-    execution_submit.apply(args=[execution.pk])
+    execution_submit.apply(args=(execution.pk,))
+    execution_submit.apply(args=(execution.pk,))
     Job.objects.filter(pk=job_id).update(state=JobState.PENDING)
     Execution.objects.filter(pk=execution.pk).update(state=JobState.PENDING)
-    execution_submit.apply(args=[execution.pk])
+    execution_submit.apply(args=(execution.pk,))
     for callback in callbacks:
         callback()
     assert _listed(kube, namespace, "trainjobs") == [f"{job_id}-1"]
@@ -217,7 +217,7 @@ def test_an_admission_denial_ends_as_config_error_with_the_servers_message(
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     # A real admission denial by the API server: a ValidatingAdmissionPolicy bound to this namespace.
-    admission = client.AdmissionregistrationV1Api(kube.api_client)
+    admission: Any = client.AdmissionregistrationV1Api(kube.api_client)
     policy_name = f"max-nodes-{namespace}"[:63]
     admission.create_validating_admission_policy(
         {
