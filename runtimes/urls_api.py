@@ -12,6 +12,10 @@ urlpatterns = [
         api.AllowListRemoveApi.as_view(),
         name="allow-list-remove",
     ),
-    path("runtimes/<str:kind>/<str:namespace>/<str:name>", api.RuntimeDetailApi.as_view(), name="runtime-detail"),
+    path(
+        "runtimes/<str:kind>/<str:namespace>/<str:name>",
+        api.RuntimeDetailApi.as_view(),
+        name="runtime-detail",
+    ),
     path("settings", api.SiteSettingsApi.as_view(), name="site-settings"),
 ]

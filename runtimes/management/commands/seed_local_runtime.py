@@ -11,7 +11,9 @@ from runtimes.selectors import allow_list_entry
 
 
 class Command(BaseCommand):
-    help = "Allow-list ClusterTrainingRuntime dispatch-kind for jobs and sessions, unless it is listed already."
+    help = (
+        "Allow-list ClusterTrainingRuntime dispatch-kind for jobs and sessions, unless it is listed already."
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if allow_list_entry("ClusterTrainingRuntime", "", "dispatch-kind") is not None:
