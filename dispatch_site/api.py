@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from rest_framework import exceptions, status
+from rest_framework import exceptions, serializers, status
+from rest_framework.exceptions import ErrorDetail
 from rest_framework.pagination import CursorPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -25,6 +27,36 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             response.data if isinstance(response.data, dict) else {}
         )
     return response
+
+
+UNKNOWN_FIELD = "unknown field"
+
+
+class RejectUnknownFieldsMixin:
+    """Rejects keys the serializer does not declare, each as a field error "unknown field": a typo in a
+    request must not be silently ignored."""
+
+    fields: Any
+
+    def to_internal_value(self, data: Any) -> Any:
+        unknown: dict[str, list[ErrorDetail]] = {}
+        if isinstance(data, Mapping):
+            unknown = {
+                str(k): [ErrorDetail(UNKNOWN_FIELD, code="unknown")] for k in data if k not in self.fields
+            }
+        try:
+            value = super().to_internal_value(data)  # type: ignore[misc]
+        except exceptions.ValidationError as exc:
+            if unknown and isinstance(exc.detail, dict):
+                raise exceptions.ValidationError({**exc.detail, **unknown}) from None
+            raise
+        if unknown:
+            raise exceptions.ValidationError(unknown)
+        return value
+
+
+class StrictSerializer(RejectUnknownFieldsMixin, serializers.Serializer):
+    pass
 
 
 class CreatedCursorPagination(CursorPagination):

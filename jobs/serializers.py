@@ -13,8 +13,8 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
-from rest_framework.exceptions import ErrorDetail
 
+from dispatch_site.api import StrictSerializer
 from jobs.spec import (
     ARGS_MAX_ITEMS,
     DISPLAY_NAME_MAX,
@@ -40,7 +40,6 @@ from jobs.spec import (
     quantity_problem,
 )
 
-UNKNOWN_FIELD = "unknown field"
 # Labels dispatch sets itself on the TrainJob; queue_name is how a job names its Kueue queue.
 RESERVED_LABEL_KEYS = {
     "app.kubernetes.io/managed-by": "dispatch sets it",
@@ -57,26 +56,6 @@ def _check(problem: Callable[[str], str | None]) -> Callable[[str], None]:
             raise serializers.ValidationError(message)
 
     return validator
-
-
-class StrictSerializer(serializers.Serializer):
-    """Rejects keys it does not declare, each as a field error "unknown field"."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        unknown: dict[str, list[ErrorDetail]] = {}
-        if isinstance(data, Mapping):
-            unknown = {
-                str(k): [ErrorDetail(UNKNOWN_FIELD, code="unknown")] for k in data if k not in self.fields
-            }
-        try:
-            value = super().to_internal_value(data)
-        except serializers.ValidationError as exc:
-            if unknown and isinstance(exc.detail, dict):
-                raise serializers.ValidationError({**exc.detail, **unknown}) from None
-            raise
-        if unknown:
-            raise serializers.ValidationError(unknown)
-        return value
 
 
 class StrictIntegerField(serializers.IntegerField):

@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from dispatch_site.api import RejectUnknownFieldsMixin, StrictSerializer
 from dispatch_site.permissions import IsPlatform, IsPlatformOrReadOnly
 from runtimes import selectors, services
 from runtimes.models import PublishVia, RuntimeKind, RuntimeVerdict, SiteSettings
@@ -84,7 +85,7 @@ class RuntimeDetailApi(APIView):
         return Response(data)
 
 
-class AllowListInputSerializer(serializers.Serializer):
+class AllowListInputSerializer(StrictSerializer):
     kind = serializers.ChoiceField(choices=RuntimeKind.values)
     namespace = serializers.CharField(required=False, allow_blank=True, default="")
     name = serializers.CharField(max_length=253)
@@ -147,7 +148,7 @@ class AllowListRemoveApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class SiteSettingsSerializer(serializers.ModelSerializer):
+class SiteSettingsSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializer):
     publish_via = serializers.ChoiceField(choices=PublishVia.values, required=False)
 
     class Meta:

@@ -64,6 +64,7 @@ def test_allowing_twice_is_a_conflict(platform_api: APIClient) -> None:
         ({"kind": "ClusterTrainingRuntime", "name": "rt", "purposes": ["batch"]}, "purposes"),
         ({"kind": "ClusterTrainingRuntime", "name": "rt", "purposes": []}, "purposes"),
         ({"kind": "ClusterTrainingRuntime"}, "name"),
+        ({"kind": "ClusterTrainingRuntime", "name": "rt", "purpose": ["jobs"]}, "purpose"),
     ],
 )
 def test_bad_allow_list_input_is_400_with_the_field(platform_api: APIClient, body: dict, field: str) -> None:
@@ -124,6 +125,7 @@ def test_every_role_reads_settings_only_platform_changes_them(
         ({"trainer_version": "latest"}, "trainer_version"),
         ({"label_domain": "nodots"}, "label_domain"),
         ({"allow_rank_restart": "perhaps"}, "allow_rank_restart"),
+        ({"allowRankRestart": True}, "allowRankRestart"),
     ],
 )
 def test_bad_settings_are_400(platform_api: APIClient, body: dict, field: str) -> None:
