@@ -69,7 +69,7 @@ class JobFilterForm(forms.Form):
 def jobs_page(request: HttpRequest) -> HttpResponse:
     form = JobFilterForm(request.GET)
     form.is_valid()  # an invalid field (an unknown state) is dropped from cleaned_data: it filters nothing
-    filters = {name: value.strip() for name, value in form.cleaned_data.items() if value}
+    filters = {name: value for name, value in form.cleaned_data.items() if value}
     jobs = selectors.jobs_filtered(request.user, **filters)
     page = Paginator(jobs, PAGE_SIZE).get_page(request.GET.get("page"))
     context = {"nav": "jobs", "form": form, "filtered": bool(filters), "page": page, "poll": POLL_SECONDS}
@@ -94,7 +94,13 @@ def _show(value: Any) -> str:
 
 
 def _yaml(data: Any) -> str:
-    return yaml.safe_dump(data, sort_keys=False) if data else ""
+    if not data:
+        return ""
+    if isinstance(data, dict):
+        # Read like kubectl prints an object: apiVersion, kind, metadata, spec, then the rest.
+        head = [k for k in ("apiVersion", "kind", "metadata", "spec") if k in data]
+        data = {k: data[k] for k in [*head, *(k for k in data if k not in head)]}
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 def _status_context(request: HttpRequest, job: Job) -> dict[str, Any]:
@@ -119,8 +125,9 @@ def job_page(request: HttpRequest, job_id: str) -> HttpResponse:
         context |= {
             "nav": "jobs",
             "plan": plan,
-            # A refused job's reasons; otherwise the waived ones, which explain an identity warning.
-            "reasons": job.reasons or [r for r in plan.get("reasons") or [] if r.get("waived")],
+            # The job keeps the reasons that refused it; the plan also holds the waived ones, which explain
+            # an identity warning.
+            "reasons": [*job.reasons, *(r for r in plan.get("reasons") or [] if r.get("waived"))],
             "training_runtime_yaml": _yaml(objects.get("training_runtime")),
             "train_job_yaml": _yaml(objects.get("train_job")),
             "spec_yaml": _yaml(job.spec),

@@ -1,0 +1,100 @@
+"""A real headless Chromium (Debian's chromium + chromium-driver; scripts/browser-deps installs them) driven
+by Selenium against pytest-django's live server. One browser for the session; each test logs in through the
+real login form, so the form, the session cookie and CSRF are exercised every time."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from pytest_django.live_server_helper import LiveServer
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import WebDriverWait
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
+WIDTH, HEIGHT = 1360, 900
+
+LogIn = Callable[[str], None]
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        pytest.fail(
+            f"{CHROMIUM} or {CHROMEDRIVER} is missing: run scripts/browser-deps "
+            "(or leave the browser tests out: -m 'not browser')"
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # root in a container: Chromium's sandbox needs user namespaces we may not have
+        "--disable-gpu",
+        "--disable-dev-shm-usage",  # a small /dev/shm crashes tabs
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--window-size={WIDTH},{HEIGHT}",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+    ):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def log_in(browser: WebDriver, live_server: LiveServer, username: str) -> None:
+    """Log in through the login form with the persona's password ("pw-<name>", tests/conftest.py)."""
+    browser.delete_all_cookies()  # the browser outlives each test: start from no session
+    browser.get(f"{live_server.url}/login/")
+    browser.find_element(By.ID, "id_username").send_keys(username)
+    browser.find_element(By.ID, "id_password").send_keys(f"pw-{username}")
+    browser.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+    # A good login lands on the jobs list, whose top bar names the user.
+    WebDriverWait(browser, 10).until(EC.url_contains("/jobs/"))
+    assert username in browser.find_element(By.CSS_SELECTOR, ".topbar .who").text
+
+
+@pytest.fixture
+def logged_in(browser: WebDriver, live_server: LiveServer) -> LogIn:
+    return lambda username: log_in(browser, live_server, username)
+
+
+def screenshot(browser: WebDriver, name: str) -> Path:
+    """The whole page, top to bottom, as var/screenshots/<name>.png (Chromium's DevTools capture)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    size = browser.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+    shot = browser.execute_cdp_cmd(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True, "clip": clip}
+    )
+    path = SCREENSHOTS / f"{name}.png"
+    path.write_bytes(base64.b64decode(shot["data"]))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _task_errors_stay_in_the_task() -> Iterator[None]:
+    """tests/conftest.py runs Celery tasks in-process and re-raises their errors. The live server commits for
+    real, so a task enqueued on commit runs inside the request: cancel's TrainJob delete, failing against the
+    unreachable test cluster, would turn the page into a 500. A worker would retry it instead; here the
+    error stays in the task's result, as it would on a worker."""
+    from dispatch_site.celery import app
+
+    app.conf.task_eager_propagates = False
+    try:
+        yield
+    finally:
+        app.conf.task_eager_propagates = True
