@@ -133,6 +133,7 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
     "recheck-runtimes": {"task": "runtimes.tasks.runtimes_recheck", "schedule": crontab(minute="*/5")},
+    "resubmit-stale-executions": {"task": "jobs.tasks.executions_resubmit_stale", "schedule": 60.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 

@@ -153,7 +153,9 @@ def job_submit(*, owner: User, spec: JobSpec, idempotency_key: str | None = None
                     job=job, attempt=1, trainjob_name=trainjob_name(job_id, 1)
                 )
                 JobEvent.objects.create(job=job, kind="accepted", message="accepted; starting execution 1")
-                transaction.on_commit(lambda: _enqueue_submit(execution.pk))
+                # robust: a broker outage must not turn an accepted (committed) job into a 500; the
+                # stale-execution sweep enqueues it again.
+                transaction.on_commit(lambda: _enqueue_submit(execution.pk), robust=True)
             audit_record(
                 actor=owner,
                 action="job.refuse" if refused else "job.submit",
@@ -386,7 +388,7 @@ def job_cancel(*, actor: Any, job: Job) -> Job:
             Execution.objects.filter(pk=execution.pk, state__in=ACTIVE_STATES).update(
                 state=JobState.CANCELLED, cause=Cause.CANCELLED, finished_at=timezone.now()
             )
-            transaction.on_commit(lambda: _enqueue_cancel(execution.pk))
+            transaction.on_commit(lambda: _enqueue_cancel(execution.pk), robust=True)
         _event(job, "cancelled", f"cancelled by {actor.get_username()}")
         audit_record(actor=actor, action="job.cancel", object_type="job", object_id=job.id)
     job.refresh_from_db()
@@ -397,6 +399,23 @@ def _enqueue_cancel(execution_id: int) -> None:
     from jobs.tasks import execution_delete
 
     execution_delete.delay(execution_id)
+
+
+STALE_PENDING_SECONDS = 60
+
+
+def executions_resubmit_stale(*, older_than_seconds: int = STALE_PENDING_SECONDS) -> list[int]:
+    """Enqueue again every execution still pending well after it was accepted: its task was lost (the
+    broker was down at submission, or a message expired). Starting an execution is idempotent."""
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    stale = list(
+        Execution.objects.filter(
+            state=JobState.PENDING, job__state=JobState.PENDING, created_at__lt=cutoff
+        ).values_list("pk", flat=True)
+    )
+    for execution_id in stale:
+        _enqueue_submit(execution_id)
+    return stale
 
 
 def execution_delete(*, execution_id: int) -> None:

@@ -38,3 +38,13 @@ def execution_delete(self: Any, execution_id: int) -> None:
         services.execution_delete(execution_id=execution_id)
     except services.TransientSubmitError as exc:
         raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+
+
+@shared_task(name="jobs.tasks.executions_resubmit_stale", ignore_result=True)
+def executions_resubmit_stale() -> None:
+    """Beat: accepted work whose task was lost is enqueued again (the job row is the source of truth)."""
+    from jobs import services
+
+    stale = services.executions_resubmit_stale()
+    if stale:
+        logger.warning("re-enqueued %d stale pending executions: %s", len(stale), stale)

@@ -367,3 +367,24 @@ def test_submission_service_refuses_an_ungranted_namespace(
     with pytest.raises(services.NamespaceNotGranted):
         services.job_submit(owner=submitter[0], spec=spec)
     assert not Job.objects.exists()
+
+
+def test_an_execution_whose_task_was_lost_is_started_by_the_stale_sweep(
+    kube: Any, namespace: str, submitter: tuple[User, str], namespaced_runtime: Callable[..., Any]
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs.tasks import executions_resubmit_stale
+
+    namespaced_runtime()
+    # No on_commit capture: the task is never enqueued, as when the broker was down at submission.
+    job_id = _api(submitter[1]).post("/api/v1/jobs", _body(namespace), format="json").json()["id"]
+    assert Job.objects.get(pk=job_id).state == JobState.PENDING
+    executions_resubmit_stale.apply()
+    assert _listed(kube, namespace, "trainjobs") == []  # too young: its own task may still be on the way
+    Execution.objects.filter(job_id=job_id).update(created_at=timezone.now() - timedelta(minutes=5))
+    executions_resubmit_stale.apply()
+    assert _listed(kube, namespace, "trainjobs") == [f"{job_id}-1"]
+    assert Job.objects.get(pk=job_id).state == JobState.QUEUED
