@@ -240,7 +240,12 @@ def patch_namespaced(kind: str, namespace: str, name: str, patch: dict[str, Any]
 
 
 def delete_namespaced(kind: str, namespace: str, name: str) -> bool:
-    """Delete with foreground propagation; False when it was already gone."""
+    """Delete with background propagation (the garbage collector removes dependents afterwards); False
+    when it was already gone.
+
+    Not foreground: that parks a foregroundDeletion finalizer on the object, and removing it is an UPDATE
+    which the Trainer's TrainJob webhook denies once the runtime the TrainJob names is gone.
+    """
     try:
         _call(
             target(kind, namespace, name),
@@ -250,7 +255,7 @@ def delete_namespaced(kind: str, namespace: str, name: str) -> bool:
             namespace,
             PLURALS[kind],
             name,
-            body=client.V1DeleteOptions(propagation_policy="Foreground"),
+            body=client.V1DeleteOptions(propagation_policy="Background"),
         )
     except NotFound:
         return False

@@ -359,14 +359,22 @@ def execution_give_up(*, execution_id: int, error: str) -> None:
 
 
 def _delete_execution_objects(job: Job, execution: Execution, *, retry_transient: bool = False) -> None:
-    """Delete the TrainJob and the runtime copy (best effort unless retry_transient: the delete task)."""
-    for kind in (TRAINJOB, TRAINING_RUNTIME):
-        try:
-            gateway.delete_namespaced(kind, job.namespace, execution.trainjob_name)
-        except ClusterError as exc:
-            logger.warning("could not delete %s %s/%s: %s", kind, job.namespace, execution.trainjob_name, exc)
-            if exc.transient and retry_transient:
-                raise TransientSubmitError(str(exc)) from exc
+    """Delete the TrainJob; the garbage collector then deletes its JobSet and the runtime copy it owns.
+    A copy without that owner (the TrainJob was never created, or we stopped before the ownerReference)
+    is deleted here. Best effort unless retry_transient (the delete task retries)."""
+    name = execution.trainjob_name
+    try:
+        gateway.delete_namespaced(TRAINJOB, job.namespace, name)
+        copy = gateway.get_namespaced(TRAINING_RUNTIME, job.namespace, name)
+        owned = copy is not None and any(
+            ref.get("kind") == TRAINJOB for ref in (copy.get("metadata") or {}).get("ownerReferences") or []
+        )
+        if copy is not None and not owned:
+            gateway.delete_namespaced(TRAINING_RUNTIME, job.namespace, name)
+    except ClusterError as exc:
+        logger.warning("could not delete the objects of %s/%s: %s", job.namespace, name, exc)
+        if exc.transient and retry_transient:
+            raise TransientSubmitError(str(exc)) from exc
 
 
 def job_cancel(*, actor: Any, job: Job) -> Job:
