@@ -65,20 +65,30 @@ PLAN_RUNTIME_MAX_AGE = 2.0
 
 
 def job_plan(
-    *, user: Any, spec: JobSpec, job_id: str | None = None, attempt: int = 1, runtime_max_age: float = 0.0
+    *,
+    user: Any,
+    spec: JobSpec,
+    job_id: str | None = None,
+    attempt: int = 1,
+    runtime_max_age: float = 0.0,
+    site: SiteSettings | None = None,
+    namespace_granted: bool | None = None,
 ) -> tuple[Plan, Any]:
     """What starting this job would do. Reads the runtime from the cluster (ClusterError when it cannot);
-    creates nothing. Returns the plan and the runtime object it judged (None when it does not exist)."""
-    site = SiteSettings.load()
+    creates nothing. Returns the plan and the runtime object it judged (None when it does not exist).
+    A caller that already read the site settings or the namespace grant passes them in."""
+    site = site or SiteSettings.load()
+    if namespace_granted is None:
+        namespace_granted = roles.may_submit_to(user, spec.namespace)
     kind, namespace, name = _runtime_key(spec)
-    entry = allow_list_entry(kind, namespace, name)
+    entry = allow_list_entry(kind, namespace, name, max_age=runtime_max_age)
     runtime = gateway.get_runtime(kind, namespace, name, max_age=runtime_max_age)
     plan = build_plan(
         spec=spec,
         runtime=runtime.body if runtime else None,
         rules=site_rules(site),
         allow_listed=entry is not None and entry.for_jobs,
-        namespace_granted=roles.may_submit_to(user, spec.namespace),
+        namespace_granted=namespace_granted,
         job_id=job_id or new_job_id(),
         attempt=attempt,
         label_domain=site.label_domain,
@@ -109,7 +119,9 @@ def _replay(owner: User, key: str, fingerprint: str) -> Job | None:
     return job
 
 
-def job_submit(*, owner: User, spec: JobSpec, idempotency_key: str | None = None) -> Submission:
+def job_submit(
+    *, owner: User, spec: JobSpec, idempotency_key: str | None = None, site: SiteSettings | None = None
+) -> Submission:
     """Check and record a job. Refused: recorded with every reason. Accepted: recorded as pending with its
     plan and runtime snapshot, and execution 1 is started by a task enqueued after the commit."""
     fingerprint = request_fingerprint(spec)
@@ -121,7 +133,14 @@ def job_submit(*, owner: User, spec: JobSpec, idempotency_key: str | None = None
         raise NamespaceNotGranted(f"namespace {spec.namespace!r} is not granted to {owner.get_username()}")
 
     job_id = new_job_id()
-    plan, runtime = job_plan(user=owner, spec=spec, job_id=job_id, runtime_max_age=PLAN_RUNTIME_MAX_AGE)
+    plan, runtime = job_plan(
+        user=owner,
+        spec=spec,
+        job_id=job_id,
+        runtime_max_age=PLAN_RUNTIME_MAX_AGE,
+        site=site,
+        namespace_granted=True,  # checked just above
+    )
     plan_data = plan.to_dict()
     refused = plan.refused
     try:
@@ -149,10 +168,10 @@ def job_submit(*, owner: User, spec: JobSpec, idempotency_key: str | None = None
                     job=job, kind="refused", message=job.message, details={"reasons": job.reasons}
                 )
             else:
+                # The job row's created_at is the timeline's "submitted" entry: no event row needed.
                 execution = Execution.objects.create(
                     job=job, attempt=1, trainjob_name=trainjob_name(job_id, 1)
                 )
-                JobEvent.objects.create(job=job, kind="accepted", message="accepted; starting execution 1")
                 # robust: a broker outage must not turn an accepted (committed) job into a 500; the
                 # stale-execution sweep enqueues it again.
                 transaction.on_commit(lambda: _enqueue_submit(execution.pk), robust=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +16,31 @@ from runtimes.models import AllowListEntry, RuntimeVerdict, SiteSettings, runtim
 from runtimes.rules import SiteRules, Verdict, check_runtime
 
 RuntimeKey = tuple[str, str, str]  # (kind, namespace or "", name)
+
+
+# Reads that may be a moment old for plan and for accepting a submission (many requests ask about the same
+# runtime); starting an execution always reads afresh. A write in this process clears them at once.
+_cache: dict[tuple[str, ...], tuple[float, Any]] = {}
+
+
+def _cached(key: tuple[str, ...], max_age: float, read: Callable[[], Any]) -> Any:
+    if max_age > 0:
+        hit = _cache.get(key)
+        if hit is not None and time.monotonic() - hit[0] <= max_age:
+            return hit[1]
+    value = read()
+    if len(_cache) > 1024:
+        _cache.clear()
+    _cache[key] = (time.monotonic(), value)
+    return value
+
+
+def forget_cached_reads() -> None:
+    _cache.clear()
+
+
+def site_settings(*, max_age: float = 0.0) -> SiteSettings:
+    return _cached(("site",), max_age, SiteSettings.load)
 
 
 def site_rules(site: SiteSettings | None = None) -> SiteRules:
@@ -29,8 +56,12 @@ def allow_list_entries() -> dict[RuntimeKey, AllowListEntry]:
     return {(e.kind, e.namespace, e.name): e for e in AllowListEntry.objects.all()}
 
 
-def allow_list_entry(kind: str, namespace: str, name: str) -> AllowListEntry | None:
-    return AllowListEntry.objects.filter(kind=kind, namespace=namespace, name=name).first()
+def allow_list_entry(kind: str, namespace: str, name: str, *, max_age: float = 0.0) -> AllowListEntry | None:
+    return _cached(
+        ("allow", kind, namespace, name),
+        max_age,
+        lambda: AllowListEntry.objects.filter(kind=kind, namespace=namespace, name=name).first(),
+    )
 
 
 def latest_verdicts() -> dict[RuntimeKey, RuntimeVerdict]:

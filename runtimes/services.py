@@ -16,7 +16,7 @@ from dispatch_site.audit import audit_record
 from dispatch_site.roles import AnyUser
 from runtimes.models import AllowListEntry, RuntimeVerdict, SiteSettings, runtime_ref
 from runtimes.rules import check_runtime
-from runtimes.selectors import latest_verdicts, site_rules
+from runtimes.selectors import forget_cached_reads, latest_verdicts, site_rules
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +116,7 @@ def allow_list_add(
             )
     except IntegrityError:
         raise AlreadyListed(f"{runtime_ref(kind, namespace, name)} is already on the allow-list") from None
+    forget_cached_reads()
     audit_record(
         actor=actor,
         action="runtime.allow",
@@ -135,6 +136,7 @@ def allow_list_add(
 def allow_list_remove(*, actor: AnyUser, entry: AllowListEntry) -> None:
     ref, purposes = entry.ref, entry.purposes
     entry.delete()
+    forget_cached_reads()
     audit_record(
         actor=actor,
         action="runtime.disallow",
@@ -164,6 +166,7 @@ def site_settings_update(*, actor: AnyUser, **changes: Any) -> SiteSettings:
         setattr(site, name, value)
     site.updated_by = actor if isinstance(actor, User) else None
     site.save()
+    forget_cached_reads()
     diff = {k: {"from": before[k], "to": v} for k, v in site.as_dict().items() if before[k] != v}
     if diff:
         audit_record(
