@@ -168,6 +168,10 @@ def get_runtime(kind: str, namespace: str, name: str, *, max_age: float = 0.0) -
     return runtime
 
 
+def forget_cached_runtimes() -> None:
+    _runtime_cache.clear()
+
+
 def _read_runtime(kind: str, namespace: str, name: str) -> RuntimeObject | None:
     api = custom()
     what = target(kind, namespace, name)

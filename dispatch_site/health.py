@@ -12,13 +12,18 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 
+def _one_line(exc: Exception) -> str:
+    """The error as one line (driver messages often carry a newline and a hint)."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
 def check_database() -> dict[str, Any]:
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
         return {"ok": True, "vendor": connection.vendor}
     except Exception as exc:
-        return {"ok": False, "error": f"{type(exc).__name__}: {exc}".strip()}
+        return {"ok": False, "error": _one_line(exc)}
 
 
 def check_redis() -> dict[str, Any]:
@@ -30,7 +35,7 @@ def check_redis() -> dict[str, Any]:
             client.close()
         return {"ok": True}
     except Exception as exc:
-        return {"ok": False, "error": f"{type(exc).__name__}: {exc}".strip()}
+        return {"ok": False, "error": _one_line(exc)}
 
 
 def check_kubernetes() -> dict[str, Any]:

@@ -96,3 +96,14 @@ def _celery_runs_tasks_in_process() -> None:
 
     app.conf.task_always_eager = True
     app.conf.task_eager_propagates = True
+
+
+@pytest.fixture(autouse=True)
+def _fresh_read_caches() -> None:
+    """The short-lived plan caches (site settings, allow-list, runtime reads) start empty in every test,
+    since tests write those rows directly and each test has its own database state."""
+    from cluster import gateway
+    from runtimes.selectors import forget_cached_reads
+
+    forget_cached_reads()
+    gateway.forget_cached_runtimes()

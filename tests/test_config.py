@@ -74,3 +74,23 @@ def test_manage_py_reports_a_bad_setting_in_one_line() -> None:
         "use postgres://user:pass@host:port/name or sqlite:///path"
     ]
     assert "Traceback" not in result.stderr
+
+
+def test_preflight_names_an_unreachable_database_in_one_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "manage.py", "preflight", "--no-kubernetes"],
+        cwd=REPO,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "DATABASE_URL": "postgres://u:p@127.0.0.1:1/nodb",
+            "REDIS_URL": "redis://127.0.0.1:1/0",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("CommandError: dependency down: database: OperationalError:")
+    assert "redis: ConnectionError:" in line
+    assert "Traceback" not in result.stderr

@@ -388,3 +388,51 @@ def test_an_execution_whose_task_was_lost_is_started_by_the_stale_sweep(
     executions_resubmit_stale.apply()
     assert _listed(kube, namespace, "trainjobs") == [f"{job_id}-1"]
     assert Job.objects.get(pk=job_id).state == JobState.QUEUED
+
+
+def test_identity_published_through_the_configured_init_container(
+    kube: Any,
+    namespace: str,
+    submitter: tuple[User, str],
+    namespaced_runtime: Callable[..., Any],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from runtimes.models import SiteSettings
+
+    SiteSettings.objects.update_or_create(
+        pk=1, defaults={"publish_via": "initContainer", "publish_container": "identity"}
+    )
+
+    def with_init_container(body: dict[str, Any]) -> None:
+        pod = trainer_job(body)["template"]["spec"]["template"]["spec"]
+        pod["initContainers"] = [{"name": "identity", "image": "localhost/identity:v1", "command": ["true"]}]
+
+    namespaced_runtime(mutate=with_init_container)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = _api(submitter[1]).post("/api/v1/jobs", _body(namespace), format="json")
+    assert response.status_code == 202, response.json()
+    job_id = response.json()["id"]
+    pods = wait_for(
+        lambda: kube.core.list_namespaced_pod(namespace, label_selector=f"dispatch.dev/job={job_id}").items,
+        what="the pods",
+    )
+    for pod in pods:
+        [init] = pod.spec.init_containers
+        published = {e.name: e.value for e in init.env if e.value is not None}
+        assert published == {"DISPATCH_JOB": job_id, "DISPATCH_ATTEMPT": "1"}
+        [node] = [c for c in pod.spec.containers if c.name == "node"]
+        assert not any(e.name.startswith("DISPATCH_") for e in node.env or [])
+
+
+def test_an_init_container_missing_under_initcontainer_publication_is_refused(
+    namespace: str, submitter: tuple[User, str], namespaced_runtime: Callable[..., Any]
+) -> None:
+    from runtimes.models import SiteSettings
+
+    SiteSettings.objects.update_or_create(
+        pk=1, defaults={"publish_via": "initContainer", "publish_container": "identity"}
+    )
+    namespaced_runtime()
+    response = _api(submitter[1]).post("/api/v1/jobs", _body(namespace), format="json")
+    assert response.status_code == 422
+    assert [r["code"] for r in response.json()["reasons"]] == ["no-publish-init-container"]
