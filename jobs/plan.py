@@ -216,6 +216,11 @@ def _source_ref(spec: JobSpec) -> str:
     return f"{ref.kind}/{ref.namespace or spec.namespace}/{ref.name}"
 
 
+def _source_labels(runtime: Mapping[str, Any]) -> dict[str, str]:
+    labels = _m(_m(runtime.get("metadata")).get("labels"))
+    return {str(k): str(v) for k, v in labels.items()}
+
+
 def build_training_runtime(
     *,
     spec: JobSpec,
@@ -234,7 +239,11 @@ def build_training_runtime(
     jobset_template = _child(copy_spec, "template")
     _child(_child(jobset_template, "metadata"), "labels").update(ids)
     for job in _replicated_jobs(copy_spec):
-        pod_template = _m(_m(_m(job).get("template")).get("spec")).get("template")
+        job_template = _m(job).get("template")
+        if isinstance(job_template, dict):
+            # On the Jobs too, so status can list an execution's Jobs by our labels.
+            _child(_child(job_template, "metadata"), "labels").update(ids)
+        pod_template = _m(_m(job_template).get("spec")).get("template")
         if isinstance(pod_template, dict):
             _child(_child(pod_template, "metadata"), "labels").update(ids)
 
@@ -258,7 +267,9 @@ def build_training_runtime(
         "metadata": {
             "name": name,
             "namespace": spec.namespace,
-            "labels": {**ids, MANAGED_BY_LABEL: MANAGED_BY},
+            # The source runtime's labels come along (e.g. trainer.kubeflow.org/framework, or the Trainer's
+            # webhook-validation opt-out the original was admitted with); ours win.
+            "labels": {**_source_labels(runtime), **ids, MANAGED_BY_LABEL: MANAGED_BY},
             "annotations": {f"{label_domain}/source-runtime": _source_ref(spec)},
         },
         "spec": copy_spec,

@@ -108,6 +108,10 @@ def test_start_creates_the_copy_and_the_trainjob_and_pods_carry_the_identity(
         assert node.image == "localhost/trainer:v1"
     ranks = sorted(p.metadata.annotations["batch.kubernetes.io/job-completion-index"] for p in pods)
     assert ranks == ["0", "1"]
+    jobs = kube.batch.list_namespaced_job(
+        namespace, label_selector=f"dispatch.dev/job={job.id},dispatch.dev/attempt=1"
+    )
+    assert [j.metadata.name for j in jobs.items] == [f"{name}-node-0"]
     assert AuditEvent.objects.filter(
         action="job.submit", object_id=job.id, actor_name=submitter[0].username
     ).exists()

@@ -156,7 +156,9 @@ def test_dispatch_kind_builds_the_runtime_copy_and_the_trainjob_exactly() -> Non
 
     expected_runtime_spec = dispatch_kind()["spec"]
     expected_runtime_spec["template"]["metadata"] = {"labels": POD_LABELS}
-    pod_template = trainer_job({"spec": expected_runtime_spec})["template"]["spec"]["template"]
+    job_template = trainer_job({"spec": expected_runtime_spec})["template"]
+    job_template["metadata"]["labels"] |= POD_LABELS  # the Jobs carry them too, beside the ancestor label
+    pod_template = job_template["spec"]["template"]
     pod_template["metadata"] = {"labels": POD_LABELS}
     pod_template["spec"]["containers"][0]["env"] = IDENTITY_ENV
     assert plan.training_runtime == {
@@ -231,8 +233,24 @@ def test_every_replicated_jobs_pod_template_carries_the_job_labels() -> None:
     assert plan.training_runtime["spec"]["template"]["metadata"]["labels"] == POD_LABELS
     pods = [j["template"]["spec"]["template"]["metadata"]["labels"] for j in trainer_job_list(plan)]
     assert pods == [POD_LABELS, {"app": "x", **POD_LABELS}]
-    # The ancestor label stays on the Job template, untouched.
-    assert trainer_job_list(plan)[0]["template"]["metadata"]["labels"] == {ANCESTOR: "trainer"}
+    # The Job templates keep their own labels (the ancestor label) and gain ours.
+    assert trainer_job_list(plan)[0]["template"]["metadata"]["labels"] == {ANCESTOR: "trainer", **POD_LABELS}
+    assert trainer_job_list(plan)[1]["template"]["metadata"]["labels"] == POD_LABELS
+
+
+def test_the_copy_keeps_the_source_runtimes_labels_and_ours_win() -> None:
+    runtime = dispatch_kind()
+    runtime["metadata"]["labels"] = {
+        "trainer.kubeflow.org/framework": "torch",
+        f"{DOMAIN}/job": "someone-else",
+    }
+    plan = plan_for(runtime=runtime)
+    assert plan.training_runtime is not None
+    assert plan.training_runtime["metadata"]["labels"] == {
+        "trainer.kubeflow.org/framework": "torch",
+        **POD_LABELS,
+        "app.kubernetes.io/managed-by": "dispatch",
+    }
 
 
 def trainer_job_list(plan: Plan) -> list[dict[str, Any]]:
