@@ -173,25 +173,22 @@ def forget_cached_runtimes() -> None:
 
 
 def _read_runtime(kind: str, namespace: str, name: str) -> RuntimeObject | None:
-    api = custom()
-    what = target(kind, namespace, name)
-    try:
-        if kind == "ClusterTrainingRuntime":
+    if kind == "ClusterTrainingRuntime":
+        try:
             body = _call(
-                what, api.get_cluster_custom_object, TRAINER_GROUP, TRAINER_VERSION, PLURALS[kind], name
-            )
-        else:
-            body = _call(
-                what,
-                api.get_namespaced_custom_object,
+                target(kind, "", name),
+                custom().get_cluster_custom_object,
                 TRAINER_GROUP,
                 TRAINER_VERSION,
-                namespace,
                 PLURALS[kind],
                 name,
             )
-    except NotFound:
-        return None
+        except NotFound:
+            return None
+    else:
+        body = get_namespaced(kind, namespace, name)
+        if body is None:
+            return None
     return RuntimeObject.from_body(kind, body)
 
 

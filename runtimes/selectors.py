@@ -124,6 +124,22 @@ def _live_row(
     )
 
 
+def _recorded_row(
+    key: RuntimeKey, entry: AllowListEntry | None, recorded: RuntimeVerdict | None
+) -> RuntimeRow:
+    """A row from the last recorded verdict, for when the cluster cannot be read."""
+    return RuntimeRow(
+        *key,
+        allow_listed=entry is not None,
+        entry=entry,
+        verdict=recorded.verdict if recorded else {},
+        source="recorded",
+        resource_version=recorded.resource_version if recorded else "",
+        checked_at=recorded.checked_at if recorded else None,
+        body=recorded.runtime if recorded else None,
+    )
+
+
 def runtimes_overview() -> RuntimesOverview:
     """Allow-listed entries and the cluster's other runtimes, each with its verdict.
 
@@ -136,21 +152,7 @@ def runtimes_overview() -> RuntimesOverview:
         live = {(o.kind, o.namespace, o.name): o for o in gateway.list_runtimes()}
     except ClusterError as exc:
         recorded = latest_verdicts()
-        rows = []
-        for key, entry in entries.items():
-            verdict = recorded.get(key)
-            rows.append(
-                RuntimeRow(
-                    *key,
-                    allow_listed=True,
-                    entry=entry,
-                    verdict=verdict.verdict if verdict else {},
-                    source="recorded",
-                    resource_version=verdict.resource_version if verdict else "",
-                    checked_at=verdict.checked_at if verdict else None,
-                    body=verdict.runtime if verdict else None,
-                )
-            )
+        rows = [_recorded_row(key, entry, recorded.get(key)) for key, entry in entries.items()]
         return RuntimesOverview(rows=rows, cluster_error=str(exc))
     keys = sorted(set(entries) | set(live), key=lambda k: (k not in entries, k))
     return RuntimesOverview(rows=[_live_row(live.get(k), k, entries.get(k), rules) for k in keys])
@@ -166,17 +168,7 @@ def runtime_detail(kind: str, namespace: str, name: str) -> tuple[RuntimeRow | N
         recorded = latest_verdicts().get(key)
         if entry is None and recorded is None:
             return None, str(exc)
-        row = RuntimeRow(
-            *key,
-            allow_listed=entry is not None,
-            entry=entry,
-            verdict=recorded.verdict if recorded else {},
-            source="recorded",
-            resource_version=recorded.resource_version if recorded else "",
-            checked_at=recorded.checked_at if recorded else None,
-            body=recorded.runtime if recorded else None,
-        )
-        return row, str(exc)
+        return _recorded_row(key, entry, recorded), str(exc)
     if obj is None and entry is None:
         return None, ""
     return _live_row(obj, key, entry, site_rules()), ""
