@@ -45,6 +45,8 @@ class RuntimeObject:
     @classmethod
     def from_body(cls, kind: str, body: dict[str, Any]) -> RuntimeObject:
         meta = body.get("metadata") or {}
+        # Server-side apply bookkeeping: noise on every page and in every stored snapshot.
+        meta.pop("managedFields", None)
         body.setdefault("kind", kind)
         body.setdefault("apiVersion", f"{TRAINER_GROUP}/{TRAINER_VERSION}")
         return cls(

@@ -62,6 +62,7 @@ def test_recheck_records_an_edit_that_breaks_a_rule_and_a_deletion(
     assert detail["verdict"]["refused"] is True
     assert [h["codes"] for h in detail["history"]] == [["restart-policy"], []]
     assert detail["object"]["metadata"]["name"] == name
+    assert "managedFields" not in detail["object"]["metadata"]  # bookkeeping is stripped at the gateway
 
     kube.custom.delete_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", name)
     runtimes_recheck.apply()
