@@ -440,3 +440,20 @@ def test_an_init_container_missing_under_initcontainer_publication_is_refused(
     response = _api(submitter[1]).post("/api/v1/jobs", _body(namespace), format="json")
     assert response.status_code == 422
     assert [r["code"] for r in response.json()["reasons"]] == ["no-publish-init-container"]
+
+
+def test_plan_names_an_ungranted_namespace_and_start_refuses_it(
+    kube: Any, namespace: str, submitter: tuple[User, str], namespaced_runtime: Callable[..., Any]
+) -> None:
+    namespaced_runtime()
+    api = _api(submitter[1])
+    body = _body(namespace) | {
+        "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+        "namespace": "someone-elses",
+    }
+    AllowListEntry.objects.create(kind="ClusterTrainingRuntime", name="dispatch-kind", for_jobs=True)
+    plan = api.post("/api/v1/plan", body, format="json").json()
+    assert plan["refused"] is True
+    assert [r["code"] for r in plan["reasons"]] == ["namespace-not-granted"]
+    assert api.post("/api/v1/jobs", body, format="json").status_code == 403
+    assert not Job.objects.exists()
