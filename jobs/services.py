@@ -249,7 +249,9 @@ def execution_submit(*, execution_id: int) -> None:
     site = SiteSettings.load()
     try:
         # The runtime may have changed since the plan: judge it again and build from what is judged now.
-        plan, runtime = job_plan(user=job.owner, spec=spec, job_id=job.id, attempt=execution.attempt)
+        plan, runtime = job_plan(
+            user=job.owner, spec=spec, job_id=job.id, attempt=execution.attempt, site=site
+        )
         if plan.refused:
             _refuse_at_start(job, execution, plan)
             return
@@ -380,15 +382,19 @@ def execution_give_up(*, execution_id: int, error: str) -> None:
 def _delete_execution_objects(job: Job, execution: Execution, *, retry_transient: bool = False) -> None:
     """Delete the TrainJob; the garbage collector then deletes its JobSet and the runtime copy it owns.
     A copy without that owner (the TrainJob was never created, or we stopped before the ownerReference)
-    is deleted here. Best effort unless retry_transient (the delete task retries)."""
+    is deleted here. Only objects carrying this job's label are touched: a name that collided with
+    somebody else's object is never deleted. Best effort unless retry_transient (the delete task)."""
     name = execution.trainjob_name
+    label_domain = SiteSettings.load().label_domain
     try:
-        gateway.delete_namespaced(TRAINJOB, job.namespace, name)
+        trainjob = gateway.get_namespaced(TRAINJOB, job.namespace, name)
+        if trainjob is not None and _ours(trainjob, label_domain, job.id):
+            gateway.delete_namespaced(TRAINJOB, job.namespace, name)
         copy = gateway.get_namespaced(TRAINING_RUNTIME, job.namespace, name)
         owned = copy is not None and any(
             ref.get("kind") == TRAINJOB for ref in (copy.get("metadata") or {}).get("ownerReferences") or []
         )
-        if copy is not None and not owned:
+        if copy is not None and not owned and _ours(copy, label_domain, job.id):
             gateway.delete_namespaced(TRAINING_RUNTIME, job.namespace, name)
     except ClusterError as exc:
         logger.warning("could not delete the objects of %s/%s: %s", job.namespace, name, exc)

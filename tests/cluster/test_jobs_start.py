@@ -457,3 +457,26 @@ def test_plan_names_an_ungranted_namespace_and_start_refuses_it(
     assert [r["code"] for r in plan["reasons"]] == ["namespace-not-granted"]
     assert api.post("/api/v1/jobs", body, format="json").status_code == 403
     assert not Job.objects.exists()
+
+
+def test_a_name_taken_by_somebody_elses_object_fails_the_job_and_leaves_that_object_alone(
+    kube: Any,
+    namespace: str,
+    submitter: tuple[User, str],
+    namespaced_runtime: Callable[..., Any],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from tests.cluster.dispatch_fixtures import runtime_body
+
+    namespaced_runtime()
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        job_id = _api(submitter[1]).post("/api/v1/jobs", _body(namespace), format="json").json()["id"]
+    foreign = runtime_body("TrainingRuntime", f"{job_id}-1", namespace)
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "trainingruntimes", foreign)
+    for callback in callbacks:
+        callback()
+    job = Job.objects.get(pk=job_id)
+    assert (job.state, job.cause) == (JobState.FAILED, Cause.CONFIG_ERROR)
+    assert "already exists and was not created by dispatch for this job" in job.message
+    assert f"{job_id}-1" in _listed(kube, namespace, "trainingruntimes")  # somebody else's: untouched
+    assert _listed(kube, namespace, "trainjobs") == []
