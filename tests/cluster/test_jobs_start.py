@@ -480,3 +480,23 @@ def test_a_name_taken_by_somebody_elses_object_fails_the_job_and_leaves_that_obj
     assert "already exists and was not created by dispatch for this job" in job.message
     assert f"{job_id}-1" in _listed(kube, namespace, "trainingruntimes")  # somebody else's: untouched
     assert _listed(kube, namespace, "trainjobs") == []
+
+
+def test_an_idempotency_key_older_than_24_hours_starts_a_new_job(
+    namespace: str, submitter: tuple[User, str], namespaced_runtime: Callable[..., Any]
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    namespaced_runtime()
+    api = _api(submitter[1])
+    first = api.post("/api/v1/jobs", _body(namespace), format="json", HTTP_IDEMPOTENCY_KEY="nightly")
+    Job.objects.filter(pk=first.json()["id"]).update(created_at=timezone.now() - timedelta(hours=25))
+    again = api.post("/api/v1/jobs", _body(namespace), format="json", HTTP_IDEMPOTENCY_KEY="nightly")
+    assert again.status_code == 202
+    assert again.json()["id"] != first.json()["id"]
+    assert "Idempotent-Replayed" not in again
+    # The key now belongs to the new job only.
+    assert Job.objects.get(pk=first.json()["id"]).idempotency_key is None
+    assert Job.objects.get(pk=again.json()["id"]).idempotency_key == "nightly"
