@@ -46,10 +46,12 @@ status: ## what runs
 	@scripts/cluster status || true
 	@for f in $(RUN)/*.pid; do [[ -f $$f ]] || continue; p=$$(cat $$f); if kill -0 $$p 2>/dev/null; then echo "$$(basename $$f .pid): running (pid $$p)"; else echo "$$(basename $$f .pid): stopped"; fi; done
 
-lint: venv ## ruff, formatting, migrations and mypy
+lint: venv ## ruff, formatting, migrations, the OpenAPI schema and mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	DATABASE_URL=sqlite:///$(VAR)/lint.sqlite3 $(PY) manage.py makemigrations --check --dry-run
+	DATABASE_URL=sqlite:///$(VAR)/lint.sqlite3 $(PY) manage.py spectacular --validate --fail-on-warn \
+		--file $(VAR)/openapi.yaml
 	$(VENV)/bin/mypy .
 
 test: venv ## install and start PostgreSQL, Redis and the local cluster, then lint and run the whole suite

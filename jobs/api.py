@@ -6,7 +6,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.http import Http404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.generics import ListAPIView
@@ -19,6 +19,7 @@ from dispatch_site.api import CreatedCursorPagination
 from jobs import selectors, services
 from jobs.models import Execution, Job, JobState
 from jobs.serializers import JobSpecSerializer
+from runtimes.api import CapabilitySerializer, ReasonSerializer
 from runtimes.models import SiteSettings
 from runtimes.selectors import site_settings
 
@@ -146,9 +147,45 @@ class JobDetailSerializer(JobSerializer):
         return job_data(instance, detail=True)
 
 
+# inline: "source" is a reserved attribute name on DRF fields, so it cannot be a class attribute here.
+ImagePlacementSerializer = inline_serializer(
+    name="ImagePlacement",
+    fields={
+        "replicated_job": serializers.CharField(),
+        "container": serializers.CharField(),
+        "image": serializers.CharField(allow_null=True),
+        "source": serializers.ChoiceField(choices=["job", "runtime"], help_text="who names the image"),
+    },
+    many=True,
+)
+
+
+class PlanNamesSerializer(serializers.Serializer):
+    train_job = serializers.CharField()
+    training_runtime = serializers.CharField()
+    longest_pod_name = serializers.CharField(allow_null=True)
+
+
+class PlanSerializer(serializers.Serializer):
+    """The plan's shape, for the OpenAPI schema (jobs.plan.Plan.to_dict builds it)."""
+
+    refused = serializers.BooleanField()
+    reasons = ReasonSerializer(many=True)
+    capabilities = CapabilitySerializer(many=True)
+    identity_warnings = serializers.ListField(child=serializers.CharField())
+    warnings = serializers.ListField(child=serializers.CharField())
+    objects = serializers.JSONField(
+        allow_null=True, help_text="training_runtime and train_job, as start creates them"
+    )
+    images = ImagePlacementSerializer
+    names = PlanNamesSerializer()
+
+
 class PlanApi(APIView):
     @extend_schema(
-        request=JobSpecSerializer, summary="What start would do: verdict, reasons, objects, images"
+        request=JobSpecSerializer,
+        responses=PlanSerializer,
+        summary="What start would do: verdict, reasons, objects, images",
     )
     def post(self, request: Request) -> Response:
         site = site_settings(max_age=services.PLAN_RUNTIME_MAX_AGE)

@@ -51,8 +51,66 @@ def _history_data(v: RuntimeVerdict) -> dict[str, Any]:
     }
 
 
+# Response shapes, for the OpenAPI schema (the views build plain dicts).
+class ReasonSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+    path = serializers.CharField()
+    waived = serializers.BooleanField()
+
+
+class CapabilitySerializer(serializers.Serializer):
+    name = serializers.CharField()
+    supported = serializers.BooleanField()
+    why = serializers.CharField()
+
+
+class VerdictSerializer(serializers.Serializer):
+    refused = serializers.BooleanField()
+    reasons = ReasonSerializer(many=True)
+    identity_warning = serializers.CharField(allow_null=True)
+    capabilities = CapabilitySerializer(many=True)
+
+
+class RuntimeRowSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=RuntimeKind.values)
+    namespace = serializers.CharField(allow_null=True)
+    name = serializers.CharField()
+    ref = serializers.CharField()
+    allow_listed = serializers.BooleanField()
+    purposes = serializers.ListField(child=serializers.ChoiceField(choices=["jobs", "sessions"]))
+    note = serializers.CharField()
+    verdict = VerdictSerializer(allow_null=True)
+    verdict_source = serializers.ChoiceField(choices=["live", "recorded"])
+    resource_version = serializers.CharField()
+    url = serializers.CharField()
+
+
+class RuntimeListSerializer(serializers.Serializer):
+    results = RuntimeRowSerializer(many=True)
+    cluster_error = serializers.CharField(allow_null=True)
+
+
+class VerdictHistorySerializer(serializers.Serializer):
+    checked_at = serializers.DateTimeField()
+    refused = serializers.BooleanField()
+    codes = serializers.ListField(child=serializers.CharField())
+    resource_version = serializers.CharField()
+    generation = serializers.IntegerField(allow_null=True)
+
+
+class RuntimeDetailSerializer(RuntimeRowSerializer):
+    object = serializers.JSONField(allow_null=True)
+    history = VerdictHistorySerializer(many=True)
+    cluster_error = serializers.CharField(allow_null=True)
+
+
 class RuntimeListApi(APIView):
-    @extend_schema(summary="Allow-listed runtimes and the cluster's other runtimes, each with its verdict")
+    @extend_schema(
+        operation_id="runtimes_list",
+        responses=RuntimeListSerializer,
+        summary="Allow-listed runtimes and the cluster's other runtimes, each with its verdict",
+    )
     def get(self, request: Request) -> Response:
         overview = selectors.runtimes_overview()
         return Response(
@@ -70,7 +128,11 @@ def _parse_key(kind: str, namespace: str, name: str) -> tuple[str, str, str]:
 
 
 class RuntimeDetailApi(APIView):
-    @extend_schema(summary="One runtime: every reason, capabilities, the object and the verdict history")
+    @extend_schema(
+        operation_id="runtimes_retrieve",
+        responses=RuntimeDetailSerializer,
+        summary="One runtime: every reason, capabilities, the object and the verdict history",
+    )
     def get(self, request: Request, kind: str, namespace: str, name: str) -> Response:
         key = _parse_key(kind, namespace, name)
         row, cluster_error = selectors.runtime_detail(*key)
@@ -114,7 +176,11 @@ class AllowListInputSerializer(StrictSerializer):
 class AllowListAddApi(APIView):
     permission_classes = [IsPlatform]
 
-    @extend_schema(request=AllowListInputSerializer, summary="Allow a runtime (platform role)")
+    @extend_schema(
+        request=AllowListInputSerializer,
+        responses={201: RuntimeRowSerializer},
+        summary="Allow a runtime (platform role)",
+    )
     def post(self, request: Request) -> Response:
         serializer = AllowListInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -139,7 +205,7 @@ class AllowListAddApi(APIView):
 class AllowListRemoveApi(APIView):
     permission_classes = [IsPlatform]
 
-    @extend_schema(summary="Remove a runtime from the allow-list (platform role)")
+    @extend_schema(responses={204: None}, summary="Remove a runtime from the allow-list (platform role)")
     def delete(self, request: Request, kind: str, namespace: str, name: str) -> Response:
         entry = selectors.allow_list_entry(*_parse_key(kind, namespace, name))
         if entry is None:
