@@ -121,10 +121,20 @@ class RuntimeListApi(APIView):
         )
 
 
-def _parse_key(kind: str, namespace: str, name: str) -> tuple[str, str, str]:
+def parse_runtime_key(kind: str, namespace: str, name: str) -> tuple[str, str, str]:
+    """The (kind, namespace, name) a URL names; 404 when no runtime could have that name, so a malformed
+    name never reaches the API server (which would answer 400 about its own request)."""
     if kind not in RuntimeKind.values:
         raise Http404(f"unknown runtime kind {kind!r}")
-    return kind, "" if namespace == CLUSTER_SCOPE else namespace, name
+    if namespace == CLUSTER_SCOPE:
+        namespace = ""
+    if kind == RuntimeKind.CLUSTER and namespace:
+        raise Http404("a ClusterTrainingRuntime has no namespace: use _")
+    if kind == RuntimeKind.NAMESPACED and not DNS_LABEL.match(namespace):
+        raise Http404("not a namespace name")
+    if not DNS_SUBDOMAIN.match(name):
+        raise Http404("not a runtime name")
+    return kind, namespace, name
 
 
 class RuntimeDetailApi(APIView):
@@ -134,7 +144,7 @@ class RuntimeDetailApi(APIView):
         summary="One runtime: every reason, capabilities, the object and the verdict history",
     )
     def get(self, request: Request, kind: str, namespace: str, name: str) -> Response:
-        key = _parse_key(kind, namespace, name)
+        key = parse_runtime_key(kind, namespace, name)
         row, cluster_error = selectors.runtime_detail(*key)
         if row is None:
             if cluster_error:
@@ -207,7 +217,7 @@ class AllowListRemoveApi(APIView):
 
     @extend_schema(responses={204: None}, summary="Remove a runtime from the allow-list (platform role)")
     def delete(self, request: Request, kind: str, namespace: str, name: str) -> Response:
-        entry = selectors.allow_list_entry(*_parse_key(kind, namespace, name))
+        entry = selectors.allow_list_entry(*parse_runtime_key(kind, namespace, name))
         if entry is None:
             raise Http404("not on the allow-list")
         services.allow_list_remove(actor=request.user, entry=entry)

@@ -12,8 +12,9 @@ from django.views.decorators.http import require_POST
 
 from dispatch_site import roles
 from runtimes import selectors, services
+from runtimes.api import parse_runtime_key
 from runtimes.forms import AllowListForm, SiteSettingsForm
-from runtimes.models import RuntimeKind, SiteSettings
+from runtimes.models import SiteSettings
 
 
 def _require_platform(request: HttpRequest) -> None:
@@ -35,9 +36,7 @@ def runtimes_page(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def runtime_page(request: HttpRequest, kind: str, namespace: str, name: str) -> HttpResponse:
-    if kind not in RuntimeKind.values:
-        raise Http404("unknown runtime kind")
-    namespace = "" if namespace == "_" else namespace
+    kind, namespace, name = parse_runtime_key(kind, namespace, name)
     row, cluster_error = selectors.runtime_detail(kind, namespace, name)
     if row is None:
         raise Http404("no such runtime in the cluster or on the allow-list")
@@ -82,7 +81,7 @@ def allow_list_add_view(request: HttpRequest) -> HttpResponse:
 @require_POST
 def allow_list_remove_view(request: HttpRequest, kind: str, namespace: str, name: str) -> HttpResponse:
     _require_platform(request)
-    entry = selectors.allow_list_entry(kind, "" if namespace == "_" else namespace, name)
+    entry = selectors.allow_list_entry(*parse_runtime_key(kind, namespace, name))
     if entry is None:
         raise Http404("not on the allow-list")
     ref = entry.ref

@@ -133,3 +133,18 @@ def test_bad_settings_are_400(platform_api: APIClient, body: dict, field: str) -
     assert response.status_code == 400
     assert field in response.json()
     assert not AuditEvent.objects.filter(action="settings.update").exists()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/runtimes/ClusterTrainingRuntime/_/bad%25name",
+        "/api/v1/runtimes/ClusterTrainingRuntime/team-a/rt",
+        "/api/v1/runtimes/TrainingRuntime/_/rt",
+        "/api/v1/runtimes/TrainingRuntime/Team_A/rt",
+        "/api/v1/runtimes/Pod/_/rt",
+    ],
+)
+def test_a_name_no_runtime_could_have_is_404_not_a_cluster_error(user_api: APIClient, path: str) -> None:
+    response = user_api.get(path)
+    assert response.status_code == 404
