@@ -51,7 +51,7 @@ class AuditEvent(models.Model):
     actor_name = models.CharField(max_length=150)  # kept when the user is deleted
     action = models.CharField(max_length=64, db_index=True)
     object_type = models.CharField(max_length=64)
-    object_id = models.CharField(max_length=255)
+    object_id = models.CharField(max_length=400)  # a runtime ref: kind, namespace and a 253-char name
     details = models.JSONField(default=dict, blank=True)
 
     class Meta:

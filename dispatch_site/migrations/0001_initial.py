@@ -27,7 +27,7 @@ class Migration(migrations.Migration):
                 ("actor_name", models.CharField(max_length=150)),
                 ("action", models.CharField(db_index=True, max_length=64)),
                 ("object_type", models.CharField(max_length=64)),
-                ("object_id", models.CharField(max_length=255)),
+                ("object_id", models.CharField(max_length=400)),
                 ("details", models.JSONField(blank=True, default=dict)),
                 (
                     "actor",

@@ -148,3 +148,15 @@ def test_bad_settings_are_400(platform_api: APIClient, body: dict, field: str) -
 def test_a_name_no_runtime_could_have_is_404_not_a_cluster_error(user_api: APIClient, path: str) -> None:
     response = user_api.get(path)
     assert response.status_code == 404
+
+
+def test_the_longest_legal_names_are_accepted_and_audited(platform_api: APIClient) -> None:
+    name, namespace = "r" * 253, "n" * 63
+    response = platform_api.post(
+        "/api/v1/runtimes/allow-list",
+        {"kind": "TrainingRuntime", "namespace": namespace, "name": name},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    event = AuditEvent.objects.get(action="runtime.allow")
+    assert event.object_id == f"TrainingRuntime/{namespace}/{name}"
