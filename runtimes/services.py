@@ -15,7 +15,7 @@ from cluster.gateway import RuntimeObject
 from dispatch_site.audit import audit_record
 from dispatch_site.roles import AnyUser
 from runtimes.models import AllowListEntry, RuntimeVerdict, SiteSettings, runtime_ref
-from runtimes.rules import check_runtime
+from runtimes.rules import SiteRules, check_runtime
 from runtimes.selectors import forget_cached_reads, latest_verdicts, site_rules
 
 logger = logging.getLogger(__name__)
@@ -51,11 +51,11 @@ def runtime_verdict_record(
 
 
 def _check_and_record(
-    entry: AllowListEntry, runtime: RuntimeObject | None, previous: RuntimeVerdict | None
+    entry: AllowListEntry, runtime: RuntimeObject | None, previous: RuntimeVerdict | None, rules: SiteRules
 ) -> RuntimeVerdict | None:
     verdict = check_runtime(
         runtime.body if runtime else None,
-        rules=site_rules(),
+        rules=rules,
         allow_listed=True,
         ref=entry.ref,
     )
@@ -81,9 +81,10 @@ def runtimes_recheck() -> RecheckResult:
     previous = latest_verdicts()
     changed = []
     entries = list(AllowListEntry.objects.all())
+    rules = site_rules()  # once for the whole pass, not once per runtime
     for entry in entries:
         key = (entry.kind, entry.namespace, entry.name)
-        if _check_and_record(entry, live.get(key), previous.get(key)) is not None:
+        if _check_and_record(entry, live.get(key), previous.get(key), rules) is not None:
             changed.append(entry.ref)
     if changed:
         logger.info("runtime verdicts changed: %s", ", ".join(changed))
@@ -129,7 +130,8 @@ def allow_list_add(
     except ClusterError as exc:
         logger.warning("could not check %s now: %s", entry.ref, exc)
     else:
-        _check_and_record(entry, runtime, latest_verdicts().get((kind, namespace, name)))
+        previous = RuntimeVerdict.objects.filter(kind=kind, namespace=namespace, name=name).first()
+        _check_and_record(entry, runtime, previous, site_rules())
     return entry
 
 
