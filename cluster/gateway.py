@@ -7,7 +7,6 @@ errors in cluster.errors, naming the object as "Kind namespace/name".
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from urllib3.exceptions import HTTPError, MaxRetryError, NewConnectionError
 
 from cluster.client import api_client, request_timeout
 from cluster.errors import AlreadyExists, ClusterError, ClusterUnavailable, Conflict, NotFound, Rejected
+from dispatch_site.readcache import ReadCache
 
 TRAINER_GROUP = "trainer.kubeflow.org"
 TRAINER_VERSION = "v1alpha1"
@@ -148,8 +148,7 @@ def list_runtimes() -> list[RuntimeObject]:
     ] + [RuntimeObject.from_body("TrainingRuntime", item) for item in namespaced.get("items", [])]
 
 
-_runtime_cache: dict[tuple[str, str, str], tuple[float, RuntimeObject | None]] = {}
-_RUNTIME_CACHE_LIMIT = 1024
+_runtime_cache: ReadCache[RuntimeObject | None] = ReadCache()
 
 
 def get_runtime(kind: str, namespace: str, name: str, *, max_age: float = 0.0) -> RuntimeObject | None:
@@ -158,16 +157,7 @@ def get_runtime(kind: str, namespace: str, name: str, *, max_age: float = 0.0) -
     max_age > 0 accepts a read at most that many seconds old from this process (plan answers many requests
     for the same few runtimes); start always reads afresh, so a stale plan can never create anything.
     """
-    key = (kind, namespace, name)
-    if max_age > 0:
-        cached = _runtime_cache.get(key)
-        if cached is not None and time.monotonic() - cached[0] <= max_age:
-            return cached[1]
-    runtime = _read_runtime(kind, namespace, name)
-    if len(_runtime_cache) >= _RUNTIME_CACHE_LIMIT:
-        _runtime_cache.clear()
-    _runtime_cache[key] = (time.monotonic(), runtime)
-    return runtime
+    return _runtime_cache.get((kind, namespace, name), max_age, lambda: _read_runtime(kind, namespace, name))
 
 
 def forget_cached_runtimes() -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +10,7 @@ from django.db.models import Max
 from cluster import gateway
 from cluster.errors import ClusterError
 from cluster.gateway import RuntimeObject
+from dispatch_site.readcache import ReadCache
 from runtimes.models import AllowListEntry, RuntimeVerdict, SiteSettings, runtime_ref
 from runtimes.rules import SiteRules, Verdict, check_runtime
 
@@ -20,27 +19,17 @@ RuntimeKey = tuple[str, str, str]  # (kind, namespace or "", name)
 
 # Reads that may be a moment old for plan and for accepting a submission (many requests ask about the same
 # runtime); starting an execution always reads afresh. A write in this process clears them at once.
-_cache: dict[tuple[str, ...], tuple[float, Any]] = {}
-
-
-def _cached(key: tuple[str, ...], max_age: float, read: Callable[[], Any]) -> Any:
-    if max_age > 0:
-        hit = _cache.get(key)
-        if hit is not None and time.monotonic() - hit[0] <= max_age:
-            return hit[1]
-    value = read()
-    if len(_cache) > 1024:
-        _cache.clear()
-    _cache[key] = (time.monotonic(), value)
-    return value
+_site_cache: ReadCache[SiteSettings] = ReadCache()
+_allow_cache: ReadCache[AllowListEntry | None] = ReadCache()
 
 
 def forget_cached_reads() -> None:
-    _cache.clear()
+    _site_cache.clear()
+    _allow_cache.clear()
 
 
 def site_settings(*, max_age: float = 0.0) -> SiteSettings:
-    return _cached(("site",), max_age, SiteSettings.load)
+    return _site_cache.get("site", max_age, SiteSettings.load)
 
 
 def site_rules(site: SiteSettings | None = None) -> SiteRules:
@@ -57,8 +46,8 @@ def allow_list_entries() -> dict[RuntimeKey, AllowListEntry]:
 
 
 def allow_list_entry(kind: str, namespace: str, name: str, *, max_age: float = 0.0) -> AllowListEntry | None:
-    return _cached(
-        ("allow", kind, namespace, name),
+    return _allow_cache.get(
+        (kind, namespace, name),
         max_age,
         lambda: AllowListEntry.objects.filter(kind=kind, namespace=namespace, name=name).first(),
     )
