@@ -35,6 +35,12 @@ class Cause(models.TextChoices):
     RUNTIME_MISSING = "runtime-missing"
     IDENTITY_VIOLATION = "identity-violation"
     CANCELLED = "cancelled"
+    UNKNOWN_FAILURE = "unknown-failure"  # nothing explains the failure: the raw conditions are kept
+
+
+# Recovery budgets (DESIGN.md): infrastructure causes retry from one budget, user causes from another.
+INFRA_CAUSES = frozenset({Cause.PREEMPTED, Cause.NODE_LOST, Cause.EVICTED, Cause.NO_CAPACITY})
+USER_CAUSES = frozenset({Cause.APP_ERROR, Cause.OOM, Cause.CONFIG_ERROR})
 
 
 def _new_job_id() -> str:
@@ -60,6 +66,14 @@ class Job(models.Model):
     cause = models.CharField(max_length=32, choices=Cause.choices, blank=True, default="")
     message = models.TextField(blank=True, default="")
     evidence = models.JSONField(default=dict, blank=True)  # object, field and value that prove the cause
+    # Supervision (jobs.supervision): what the newest execution shows, copied up for lists and pages.
+    failing_rank = models.IntegerField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    queued_reason = models.JSONField(default=dict, blank=True)  # {reason, message, since}
+    identity_findings = models.JSONField(default=list, blank=True)
+    recovery_policy = models.JSONField(default=dict, blank=True)  # the effective policy (site default + job)
+    last_known_state = models.CharField(max_length=16, blank=True, default="")  # while unknown
+    unknown_since = models.DateTimeField(null=True, blank=True)
     current_attempt = models.PositiveIntegerField(default=0)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     request_hash = models.CharField(max_length=64, blank=True, default="")
@@ -98,13 +112,26 @@ class Execution(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="executions")
     attempt = models.PositiveIntegerField()
     trainjob_name = models.CharField(max_length=63)
-    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING, db_index=True)
     cause = models.CharField(max_length=32, choices=Cause.choices, blank=True, default="")
     message = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     submitted_at = models.DateTimeField(null=True)  # when the TrainJob was created in the cluster
     finished_at = models.DateTimeField(null=True)
     submit_tries = models.PositiveIntegerField(default=0)
+    # Supervision: the newest derived status of this attempt (jobs.status.DerivedStatus).
+    rank = models.IntegerField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    evidence = models.JSONField(default=list, blank=True)  # [{object, field, value, at}]
+    queued_reason = models.JSONField(default=dict, blank=True)
+    identity_findings = models.JSONField(default=list, blank=True)
+    ranks = models.JSONField(default=list, blank=True)  # per-rank view: rank x restart attempt
+    pods_seen = models.JSONField(default=dict, blank=True)  # pod uid -> last condensed state seen (memory)
+    restart_attempt = models.PositiveIntegerField(default=0)  # newest JobSet restart-attempt seen
+    observed_at = models.DateTimeField(null=True, blank=True)
+    observed_digest = models.CharField(max_length=64, blank=True, default="")
+    started_at = models.DateTimeField(null=True, blank=True)  # first seen running
+    objects_removed_at = models.DateTimeField(null=True, blank=True)  # attempt's objects deleted by dispatch
 
     class Meta:
         ordering = ["job", "attempt"]
@@ -121,6 +148,9 @@ class JobEvent(models.Model):
     at = models.DateTimeField(auto_now_add=True)
     attempt = models.PositiveIntegerField(null=True)
     kind = models.CharField(max_length=32)
+    from_state = models.CharField(max_length=16, blank=True, default="")
+    to_state = models.CharField(max_length=16, blank=True, default="")
+    cause = models.CharField(max_length=32, blank=True, default="")
     message = models.TextField()
     details = models.JSONField(default=dict, blank=True)
 
@@ -129,3 +159,20 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} {self.kind}"
+
+
+class SupervisorCycle(models.Model):
+    """One row per supervisor (name): when its last cycle ran and what it cost. The dashboard shows the lag."""
+
+    name = models.CharField(primary_key=True, max_length=32)
+    started_at = models.DateTimeField(null=True)
+    finished_at = models.DateTimeField(null=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+    api_requests = models.PositiveIntegerField(default=0)
+    executions = models.PositiveIntegerField(default=0)
+    transitions = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    cycles = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return self.name
