@@ -5,6 +5,7 @@ Every authenticated user may submit into the namespaces granted to them (Namespa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
@@ -59,6 +60,22 @@ def granted_namespaces(user: AnyUser) -> set[str]:
 def may_submit_to(user: AnyUser, namespace: str) -> bool:
     namespaces = granted_namespaces(user)
     return namespace in namespaces or ALL_NAMESPACES in namespaces
+
+
+def may_read_namespace(user: AnyUser, namespace: str) -> bool:
+    """Whether the user may read what lives in a namespace (its TrainingRuntimes): platform reads every
+    namespace; everybody else reads the namespaces granted to them."""
+    return is_platform(user) or may_submit_to(user, namespace)
+
+
+def namespace_reader(user: AnyUser) -> Callable[[str], bool]:
+    """may_read_namespace for many namespaces, with the grants read once."""
+    if is_platform(user):
+        return lambda namespace: True
+    namespaces = granted_namespaces(user)
+    if ALL_NAMESPACES in namespaces:
+        return lambda namespace: True
+    return lambda namespace: namespace in namespaces
 
 
 def roles_context(request: HttpRequest) -> dict[str, Any]:

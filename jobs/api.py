@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from cluster.errors import ClusterError
+from dispatch_site import roles
 from dispatch_site.api import CreatedCursorPagination
 from jobs import selectors, services
 from jobs.models import Execution, Job, JobState
@@ -184,15 +185,25 @@ class PlanSerializer(serializers.Serializer):
 class PlanApi(APIView):
     @extend_schema(
         request=JobSpecSerializer,
-        responses=PlanSerializer,
-        summary="What start would do: verdict, reasons, objects, images",
+        responses={200: PlanSerializer, 403: None},
+        summary="What start would do: verdict, reasons, objects, images (403 for an ungranted namespace)",
     )
     def post(self, request: Request) -> Response:
         site = site_settings(max_age=services.PLAN_RUNTIME_MAX_AGE)
         spec = _spec_from(request, site)
+        # Like start: nothing is read from a namespace the caller is not granted.
+        if not roles.may_submit_to(request.user, spec.namespace):
+            return Response(
+                {"detail": f"namespace {spec.namespace!r} is not granted to you"},
+                status=status.HTTP_403_FORBIDDEN,
+            )
         try:
             plan, _ = services.job_plan(
-                user=request.user, spec=spec, runtime_max_age=services.PLAN_RUNTIME_MAX_AGE, site=site
+                user=request.user,
+                spec=spec,
+                runtime_max_age=services.PLAN_RUNTIME_MAX_AGE,
+                site=site,
+                namespace_granted=True,
             )
         except ClusterError as exc:
             return _cluster_unavailable(exc)

@@ -27,7 +27,7 @@ from jobs.naming import new_job_id, trainjob_name
 from jobs.plan import Plan, build_plan
 from jobs.spec import JobSpec
 from runtimes.models import SiteSettings
-from runtimes.selectors import allow_list_entry, site_rules
+from runtimes.selectors import allow_list_entry, get_runtime, site_rules
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def job_plan(
         namespace_granted = roles.may_submit_to(user, spec.namespace)
     kind, namespace, name = _runtime_key(spec)
     entry = allow_list_entry(kind, namespace, name, max_age=runtime_max_age)
-    runtime = gateway.get_runtime(kind, namespace, name, max_age=runtime_max_age)
+    runtime = get_runtime(kind, namespace, name, max_age=runtime_max_age)  # never a dispatch copy
     plan = build_plan(
         spec=spec,
         runtime=runtime.body if runtime else None,

@@ -109,10 +109,11 @@ class RuntimeListApi(APIView):
     @extend_schema(
         operation_id="runtimes_list",
         responses=RuntimeListSerializer,
-        summary="Allow-listed runtimes and the cluster's other runtimes, each with its verdict",
+        summary="The runtimes you may read (ClusterTrainingRuntimes; TrainingRuntimes in your namespaces), "
+        "each with its verdict",
     )
     def get(self, request: Request) -> Response:
-        overview = selectors.runtimes_overview()
+        overview = selectors.runtimes_overview(request.user)
         return Response(
             {
                 "results": [_row_data(r) for r in overview.rows],
@@ -145,7 +146,7 @@ class RuntimeDetailApi(APIView):
     )
     def get(self, request: Request, kind: str, namespace: str, name: str) -> Response:
         key = parse_runtime_key(kind, namespace, name)
-        row, cluster_error = selectors.runtime_detail(*key)
+        row, cluster_error = selectors.runtime_detail(request.user, *key)
         if row is None:
             if cluster_error:
                 return Response({"detail": cluster_error}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
@@ -207,7 +208,7 @@ class AllowListAddApi(APIView):
             )
         except services.AlreadyListed as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
-        row, _ = selectors.runtime_detail(entry.kind, entry.namespace, entry.name)
+        row, _ = selectors.runtime_detail(request.user, entry.kind, entry.namespace, entry.name)
         assert row is not None  # the entry exists
         return Response(_row_data(row), status=status.HTTP_201_CREATED)
 

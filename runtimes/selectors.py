@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,8 +11,11 @@ from django.db.models import Max
 from cluster import gateway
 from cluster.errors import ClusterError
 from cluster.gateway import RuntimeObject
+from dispatch_site import roles
 from dispatch_site.readcache import ReadCache
-from runtimes.models import AllowListEntry, RuntimeVerdict, SiteSettings, runtime_ref
+from dispatch_site.roles import AnyUser
+from jobs.plan import MANAGED_BY, MANAGED_BY_LABEL
+from runtimes.models import AllowListEntry, RuntimeKind, RuntimeVerdict, SiteSettings, runtime_ref
 from runtimes.rules import SiteRules, Verdict, check_runtime
 
 RuntimeKey = tuple[str, str, str]  # (kind, namespace or "", name)
@@ -125,34 +129,67 @@ def _recorded_row(
         source="recorded",
         resource_version=recorded.resource_version if recorded else "",
         checked_at=recorded.checked_at if recorded else None,
-        body=recorded.runtime if recorded else None,
+        body=recorded.runtime if recorded and not is_dispatch_copy(recorded.runtime) else None,
     )
 
 
-def runtimes_overview() -> RuntimesOverview:
-    """Allow-listed entries and the cluster's other runtimes, each with its verdict.
+def is_dispatch_copy(body: dict[str, Any] | None) -> bool:
+    """dispatch's own per-job TrainingRuntime copy: its name and labels carry a job id, so it is never shown
+    or used as a runtime (start makes it; only the job that owns it refers to it)."""
+    labels = ((body or {}).get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(MANAGED_BY_LABEL) == MANAGED_BY)
+
+
+def _shown(obj: RuntimeObject | None) -> RuntimeObject | None:
+    return None if obj is None or is_dispatch_copy(obj.body) else obj
+
+
+def get_runtime(kind: str, namespace: str, name: str, *, max_age: float = 0.0) -> RuntimeObject | None:
+    """The runtime a job names, or None when it does not exist or is one of dispatch's own copies."""
+    return _shown(gateway.get_runtime(kind, namespace, name, max_age=max_age))
+
+
+def _readable(user: AnyUser) -> Callable[[RuntimeKey], bool]:
+    """ClusterTrainingRuntimes for everyone; TrainingRuntimes from the caller's granted namespaces."""
+    may_read = roles.namespace_reader(user)
+    return lambda key: key[0] == RuntimeKind.CLUSTER or may_read(key[1])
+
+
+def runtimes_overview(user: AnyUser) -> RuntimesOverview:
+    """The runtimes the user may read: allow-listed entries and the cluster's other runtimes, each with its
+    verdict. dispatch's own per-job copies are never among them.
 
     Reads the cluster with one list call per kind and checks each runtime (a pure, cheap function);
     when the cluster cannot be read, falls back to the verdicts the last re-check recorded.
     """
-    entries = allow_list_entries()
+    readable = _readable(user)
+    entries = {key: entry for key, entry in allow_list_entries().items() if readable(key)}
     rules = site_rules()
     try:
-        live = {(o.kind, o.namespace, o.name): o for o in gateway.list_runtimes()}
+        listed = gateway.list_runtimes()
     except ClusterError as exc:
         recorded = latest_verdicts()
         rows = [_recorded_row(key, entry, recorded.get(key)) for key, entry in entries.items()]
         return RuntimesOverview(rows=rows, cluster_error=str(exc))
+    live = {
+        (o.kind, o.namespace, o.name): o
+        for o in listed
+        if not is_dispatch_copy(o.body) and readable((o.kind, o.namespace, o.name))
+    }
     keys = sorted(set(entries) | set(live), key=lambda k: (k not in entries, k))
     return RuntimesOverview(rows=[_live_row(live.get(k), k, entries.get(k), rules) for k in keys])
 
 
-def runtime_detail(kind: str, namespace: str, name: str) -> tuple[RuntimeRow | None, str]:
-    """One runtime with its live verdict (or the recorded one when the cluster is unreadable)."""
-    entry = allow_list_entry(kind, namespace, name)
+def runtime_detail(user: AnyUser, kind: str, namespace: str, name: str) -> tuple[RuntimeRow | None, str]:
+    """One runtime the user may read, with its live verdict (or the recorded one when the cluster is
+    unreadable). None when it does not exist, is a dispatch copy, or lives in a namespace the user may not
+    read: the caller answers all three alike (404), so nothing tells them apart."""
     key = (kind, namespace, name)
+    if not _readable(user)(key):
+        return None, ""
+    entry = allow_list_entry(kind, namespace, name)
     try:
-        obj = gateway.get_runtime(kind, namespace, name)
+        obj = get_runtime(kind, namespace, name)
     except ClusterError as exc:
         recorded = latest_verdicts().get(key)
         if entry is None and recorded is None:

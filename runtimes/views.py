@@ -24,7 +24,7 @@ def _require_platform(request: HttpRequest) -> None:
 
 @login_required
 def runtimes_page(request: HttpRequest) -> HttpResponse:
-    overview = selectors.runtimes_overview()
+    overview = selectors.runtimes_overview(request.user)
     context = {
         "nav": "runtimes",
         "overview": overview,
@@ -37,7 +37,7 @@ def runtimes_page(request: HttpRequest) -> HttpResponse:
 @login_required
 def runtime_page(request: HttpRequest, kind: str, namespace: str, name: str) -> HttpResponse:
     kind, namespace, name = parse_runtime_key(kind, namespace, name)
-    row, cluster_error = selectors.runtime_detail(kind, namespace, name)
+    row, cluster_error = selectors.runtime_detail(request.user, kind, namespace, name)
     if row is None:
         raise Http404("no such runtime in the cluster or on the allow-list")
     context = {
@@ -56,7 +56,7 @@ def allow_list_add_view(request: HttpRequest) -> HttpResponse:
     _require_platform(request)
     form = AllowListForm(request.POST)
     if not form.is_valid():
-        overview = selectors.runtimes_overview()
+        overview = selectors.runtimes_overview(request.user)
         context = {"nav": "runtimes", "overview": overview, "form": form, "site": SiteSettings.load()}
         return render(request, "runtimes/list.html", context, status=400)
     data = form.cleaned_data
