@@ -1,0 +1,450 @@
+"""The ``dispatch`` command line, on the same Client.
+
+    dispatch plan -f job.yaml                   # or flags: --runtime --namespace --image --num-nodes ...
+    dispatch start -f job.yaml [--wait]
+    dispatch status JOB_ID [--wait [--state running] [--timeout 600]]
+    dispatch jobs [--state queued]
+    dispatch cancel JOB_ID
+    dispatch runtimes
+    dispatch session open --runtime NAME --image IMAGE [--num-nodes N] [--namespace NS]
+    dispatch session exec SESSION_ID -- hostname -f      # one argument runs with sh -c, several directly
+    dispatch session close SESSION_ID
+
+Exit codes: 0 done; 1 the API answered with an error (its message and reason codes on stderr);
+2 bad usage or an unreadable job file; 3 refused (plan or start: every reason is printed); 4 timed out;
+``session exec`` exits with the command's own exit code (255 when the API server reported none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from dispatch_client.client import NAMESPACE_ENV, TOKEN_ENV, URL_ENV, Client
+from dispatch_client.errors import BadRequest, DispatchError, JobEnded, Refused
+from dispatch_client.models import Job, Plan, Reason, SessionInfo
+
+EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_REFUSED, EXIT_TIMEOUT = 0, 1, 2, 3, 4
+EXIT_NO_RETURNCODE = 255
+
+
+class UsageError(Exception):
+    pass
+
+
+def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def load_job_file(path: str) -> dict[str, Any]:
+    """A job body from a JSON or YAML file (``-`` reads standard input)."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
+    data: Any
+    if path.endswith(".json") or text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}: not valid JSON: {exc}") from exc
+    else:
+        try:
+            import yaml
+        except ImportError as exc:  # the client depends on requests only; YAML is the [yaml] extra
+            raise UsageError(
+                f"{path}: reading YAML needs PyYAML (pip install 'dispatch-client[yaml]'), or use JSON"
+            ) from exc
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise UsageError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a mapping (the job's fields), got {type(data).__name__}")
+    return data
+
+
+def job_spec(args: argparse.Namespace) -> dict[str, Any]:
+    """The job body: the file's fields, then the flags given on top of them."""
+    spec: dict[str, Any] = load_job_file(args.file) if args.file else {}
+    flags: dict[str, Any] = {
+        "runtime": args.runtime,
+        "namespace": args.namespace,
+        "image": args.image,
+        "num_nodes": args.num_nodes,
+        "procs_per_node": args.procs_per_node,
+        "display_name": args.display_name,
+        "queue_name": args.queue_name,
+        "active_deadline_seconds": args.active_deadline_seconds,
+        "command": shlex.split(args.command) if args.command is not None else None,
+        "args": shlex.split(args.args) if args.args is not None else None,
+    }
+    spec.update({k: v for k, v in flags.items() if v is not None})
+    if args.env:
+        spec["env"] = {**spec.get("env", {}), **_pairs(args.env, "--env")}
+    if args.label:
+        spec["labels"] = {**spec.get("labels", {}), **_pairs(args.label, "--label")}
+    if not spec:
+        raise UsageError("no job: give -f FILE and/or --runtime, --namespace, --image ...")
+    return spec
+
+
+# ---------------------------------------------------------------------------- output
+def _emit_json(out: TextIO, data: Any) -> None:
+    json.dump(data, out, indent=2, sort_keys=True, default=str)
+    out.write("\n")
+
+
+def _reasons(out: TextIO, reasons: Sequence[Reason]) -> None:
+    for r in reasons:
+        waived = " (waived by allowRankRestart)" if r.waived else ""
+        out.write(f"  - {r.code}: {r.message}{waived}\n")
+
+
+def _job_line(job: Job) -> str:
+    runtime = job.runtime.get("name", "")
+    cause = f" cause={job.cause}" if job.cause else ""
+    return f"{job.id}  {job.state:<9}{cause}  {job.namespace}  {runtime}  {job.trainjob_name or '-'}"
+
+
+def _show_job(out: TextIO, job: Job) -> None:
+    out.write(f"job {job.id}: {job.state}\n")
+    if job.cause:
+        out.write(f"cause: {job.cause}\n")
+    if job.message:
+        out.write(f"message: {job.message}\n")
+    out.write(f"namespace: {job.namespace}\nruntime: {job.runtime.get('kind')}/{job.runtime.get('name')}\n")
+    if job.trainjob_name:
+        out.write(f"trainjob: {job.trainjob_name}\n")
+    if job.reasons:
+        out.write("reasons:\n")
+        _reasons(out, job.reasons)
+
+
+def _show_plan(out: TextIO, plan: Plan) -> None:
+    out.write("refused\n" if plan.refused else "accepted\n")
+    if plan.reasons:
+        out.write("reasons:\n")
+        _reasons(out, plan.reasons)
+    for w in plan.identity_warnings:
+        out.write(f"identity warning: {w}\n")
+    for w in plan.warnings:
+        out.write(f"warning: {w}\n")
+    names = plan.data.get("names") or {}
+    if names.get("train_job"):
+        copy = names.get("training_runtime")
+        out.write(f"would create TrainJob {names['train_job']} on TrainingRuntime {copy}\n")
+
+
+def _show_session(out: TextIO, info: SessionInfo) -> None:
+    out.write(f"session {info.id}: {info.state}\n")
+    out.write(f"trainjob: {info.namespace}/{info.trainjob_name}\n")
+    if info.pod:
+        out.write(f"pod: {info.pod}  container: {info.container or '-'}\n")
+    if info.message:
+        out.write(f"message: {info.message}\n")
+
+
+# ---------------------------------------------------------------------------- commands
+def cmd_plan(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    plan = client.plan(job_spec(args))
+    _emit_json(out, plan.data) if args.json else _show_plan(out, plan)
+    return EXIT_REFUSED if plan.refused else EXIT_OK
+
+
+def _wait_and_show(client: Client, job_id: str, args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        job = client.wait(job_id, args.state or None, timeout=args.timeout, polling_interval=args.interval)
+    except JobEnded as exc:
+        _emit_json(out, exc.job.data) if args.json else _show_job(out, exc.job)
+        sys.stderr.write(f"dispatch: {exc}\n")
+        return EXIT_API
+    except TimeoutError as exc:
+        sys.stderr.write(f"dispatch: {exc}\n")
+        return EXIT_TIMEOUT
+    _emit_json(out, job.data) if args.json else _show_job(out, job)
+    return EXIT_OK
+
+
+def cmd_start(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    job = client.start(job_spec(args), idempotency_key=args.idempotency_key)
+    if args.wait:
+        sys.stderr.write(f"job {job.id} accepted, waiting ...\n")
+        return _wait_and_show(client, job.id, args, out)
+    _emit_json(out, job.data) if args.json else _show_job(out, job)
+    return EXIT_OK
+
+
+def cmd_status(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    if args.wait or args.state:
+        return _wait_and_show(client, args.job_id, args, out)
+    job = client.get(args.job_id)
+    _emit_json(out, job.data) if args.json else _show_job(out, job)
+    return EXIT_OK
+
+
+def cmd_jobs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    jobs = client.jobs(
+        state=args.state, runtime=args.runtime, namespace=args.namespace, owner=args.owner, limit=args.limit
+    )
+    if args.json:
+        _emit_json(out, [j.data for j in jobs])
+    else:
+        for job in jobs:
+            out.write(_job_line(job) + "\n")
+    return EXIT_OK
+
+
+def cmd_cancel(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    job = client.cancel(args.job_id)
+    _emit_json(out, job.data) if args.json else _show_job(out, job)
+    return EXIT_OK
+
+
+def cmd_runtimes(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    runtimes = client.runtimes()
+    if args.json:
+        _emit_json(out, [r.data for r in runtimes])
+        return EXIT_OK
+    for r in runtimes:
+        verdict = "unchecked" if r.refused is None else ("refused" if r.refused else "ok")
+        ref = f"{r.kind}/{r.namespace + '/' if r.namespace else ''}{r.name}"
+        purposes = ",".join(r.purposes) or "-"
+        codes = f"  {' '.join(c.code for c in r.reasons if not c.waived)}" if r.refused else ""
+        out.write(f"{ref}  allow-listed={'yes' if r.allow_listed else 'no'} ({purposes})  {verdict}{codes}\n")
+    return EXIT_OK
+
+
+def cmd_session_open(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    command: str | list[str] | None = None
+    if args.command is not None:
+        command = args.command
+    try:
+        session = client.connect(
+            runtime=args.runtime,
+            image=args.image,
+            num_nodes=args.num_nodes,
+            command=command,
+            timeout=args.timeout,
+            polling_interval=args.interval,
+            namespace=args.namespace,
+            env=_pairs(args.env, "--env"),
+        )
+    except TimeoutError as exc:
+        sys.stderr.write(f"dispatch: {exc}\n")
+        return EXIT_TIMEOUT
+    except RuntimeError as exc:
+        sys.stderr.write(f"dispatch: {exc}\n")
+        return EXIT_API
+    _emit_json(out, session.info.data) if args.json else _show_session(out, session.info)
+    return EXIT_OK
+
+
+def cmd_session_exec(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    argv: list[str] = list(args.cmd)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise UsageError("session exec: no command (dispatch session exec ID -- COMMAND ...)")
+    command: str | list[str] = argv[0] if len(argv) == 1 else argv
+    result = client.execute(args.session_id, command, container=args.container, timeout_seconds=args.timeout)
+    if args.json:
+        _emit_json(
+            out,
+            {
+                "stdout": result.stdout,
+                "stderr": result.stderr,
+                "returncode": result.returncode,
+                "truncated": result.truncated,
+                "pod": result.pod,
+                "container": result.container,
+            },
+        )
+    else:
+        out.write(result.stdout)
+        sys.stderr.write(result.stderr)
+        if result.truncated:
+            sys.stderr.write("dispatch: output truncated by the service\n")
+    return EXIT_NO_RETURNCODE if result.returncode is None else result.returncode
+
+
+def cmd_session_close(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    from dispatch_client.client import Session
+
+    try:
+        info = client.get_session(args.session_id)
+    except DispatchError as exc:
+        if exc.status == 404:
+            out.write(f"session {args.session_id}: already gone\n")
+            return EXIT_OK
+        raise
+    session = Session(client, info)
+    session.close(timeout=args.timeout)
+    if args.json:
+        _emit_json(out, session.info.data)
+    else:
+        out.write(f"session {info.id}: {session.info.state}\n")
+    return EXIT_OK
+
+
+def cmd_session_status(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    info = client.get_session(args.session_id)
+    _emit_json(out, info.data) if args.json else _show_session(out, info)
+    return EXIT_OK
+
+
+def cmd_session_list(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    rows = client.sessions()
+    if args.json:
+        _emit_json(out, [s.data for s in rows])
+    else:
+        for s in rows:
+            out.write(f"{s.id}  {s.state:<8}  {s.namespace}/{s.trainjob_name}  {s.pod or '-'}\n")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------- parser
+def _job_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-f", "--file", help="the job as JSON or YAML (- for standard input); flags override it")
+    p.add_argument("--runtime", help="NAME (a ClusterTrainingRuntime), KIND/NAME or TrainingRuntime/NS/NAME")
+    p.add_argument("--namespace", help=f"the job's namespace (default ${NAMESPACE_ENV})")
+    p.add_argument("--image")
+    p.add_argument("--num-nodes", type=int)
+    p.add_argument("--procs-per-node", type=int)
+    p.add_argument("--display-name")
+    p.add_argument("--queue-name")
+    p.add_argument("--active-deadline-seconds", type=int)
+    p.add_argument("--command", help="the trainer command, split like a shell would")
+    p.add_argument("--args", help="the trainer arguments, split like a shell would")
+    p.add_argument("--env", action="append", metavar="KEY=VALUE")
+    p.add_argument("--label", action="append", metavar="KEY=VALUE")
+
+
+def _wait_flags(p: argparse.ArgumentParser, *, with_switch: bool) -> None:
+    if with_switch:
+        p.add_argument("--wait", action="store_true", help="poll until --state, or any terminal state")
+    p.add_argument("--state", action="append", help="the state(s) to wait for (repeatable)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds (default 600)")
+    p.add_argument("--interval", type=float, default=2, help="polling interval in seconds (default 2)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dispatch",
+        description="Plan, start and supervise TrainJobs through dispatch, and run commands in sessions.",
+        epilog="Exit codes: 0 done, 1 API error, 2 usage, 3 refused, 4 timed out; "
+        "session exec exits with the command's code.",
+    )
+    parser.add_argument(
+        "--url", help=f"the dispatch service (default ${URL_ENV}, else http://127.0.0.1:8000)"
+    )
+    parser.add_argument("--token", help=f"API token (default ${TOKEN_ENV})")
+    parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
+    sub = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("plan", help="what start would do (creates nothing); exit 3 when refused")
+    _job_flags(p)
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("start", help="submit a job")
+    _job_flags(p)
+    p.add_argument("--idempotency-key", help="a retry with the same key returns the same job")
+    _wait_flags(p, with_switch=True)
+    p.set_defaults(func=cmd_start)
+
+    p = sub.add_parser("status", help="one job; --wait polls until a state")
+    p.add_argument("job_id")
+    _wait_flags(p, with_switch=True)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("jobs", help="jobs you may see, newest first")
+    for flag in ("--state", "--runtime", "--namespace", "--owner"):
+        p.add_argument(flag)
+    p.add_argument("--limit", type=int)
+    p.set_defaults(func=cmd_jobs)
+
+    p = sub.add_parser("cancel", help="cancel a job (deletes its TrainJob)")
+    p.add_argument("job_id")
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("runtimes", help="runtimes with their verdicts and allow-list purposes")
+    p.set_defaults(func=cmd_runtimes)
+
+    session = sub.add_parser("session", help="interactive sessions: open, exec, close, status, list")
+    ssub = session.add_subparsers(dest="session_command", required=True, metavar="SUBCOMMAND")
+    p = ssub.add_parser("open", help="create a session and wait until its trainer pod runs")
+    p.add_argument("--runtime", required=True)
+    p.add_argument("--image", required=True)
+    p.add_argument("--num-nodes", type=int)
+    p.add_argument("--namespace", help=f"default ${NAMESPACE_ENV}")
+    p.add_argument("--command", help="keep-alive command instead of sleep infinity (runs with sh -c)")
+    p.add_argument("--env", action="append", metavar="KEY=VALUE")
+    p.add_argument("--timeout", type=float, default=600, help="seconds to wait for the pod (default 600)")
+    p.add_argument("--interval", type=float, default=2)
+    p.set_defaults(func=cmd_session_open)
+
+    p = ssub.add_parser("exec", help="run a command: one argument with sh -c, several directly")
+    p.add_argument("session_id")
+    p.add_argument("--container")
+    p.add_argument("--timeout", type=int, help="seconds the command may run")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    p.set_defaults(func=cmd_session_exec)
+
+    p = ssub.add_parser("close", help="delete the session's TrainJob and wait until its pods are gone")
+    p.add_argument("session_id")
+    p.add_argument("--timeout", type=float, default=180)
+    p.set_defaults(func=cmd_session_close)
+
+    p = ssub.add_parser("status", help="one session")
+    p.add_argument("session_id")
+    p.set_defaults(func=cmd_session_status)
+
+    p = ssub.add_parser("list", help="your sessions")
+    p.set_defaults(func=cmd_session_list)
+    return parser
+
+
+def _report(err: DispatchError) -> int:
+    sys.stderr.write(f"dispatch: {err}\n")
+    if isinstance(err, BadRequest):
+        for field, problems in err.field_errors.items():
+            sys.stderr.write(f"  {field}: {json.dumps(problems)}\n")
+    if err.reasons:
+        sys.stderr.write("reasons:\n")
+        _reasons(sys.stderr, err.reasons)
+    return EXIT_REFUSED if isinstance(err, Refused) else EXIT_API
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    client = Client(args.url, args.token)
+    try:
+        code: int = args.func(client, args, sys.stdout)
+    except UsageError as exc:
+        sys.stderr.write(f"dispatch: {exc}\n")
+        return EXIT_USAGE
+    except ValueError as exc:
+        sys.stderr.write(f"dispatch: {exc}\n")
+        return EXIT_USAGE
+    except DispatchError as exc:
+        return _report(exc)
+    finally:
+        client.close()
+    sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

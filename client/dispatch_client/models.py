@@ -1,0 +1,216 @@
+"""What the API answers, as small typed records. Each keeps the whole answer in ``data`` for fields the
+record does not name."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dispatch_client.errors import Reason, reasons_from
+
+# Job states (dispatch's design: a coarse state plus a typed cause).
+TERMINAL_JOB_STATES = frozenset({"refused", "succeeded", "failed", "cancelled"})
+JOB_STATES = frozenset({"pending", "queued", "running", "unknown"}) | TERMINAL_JOB_STATES
+# Session states.
+SESSION_STATES = frozenset({"starting", "running", "failed", "closing", "closed"})
+
+
+def _str(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class RuntimeRef:
+    """A runtime as a job names it: ``{kind, name}`` (plus ``namespace`` for a TrainingRuntime)."""
+
+    name: str
+    kind: str = "ClusterTrainingRuntime"
+    namespace: str | None = None
+
+    @classmethod
+    def parse(cls, value: str | Mapping[str, Any] | RuntimeRef | Runtime) -> RuntimeRef:
+        """``"name"`` (a ClusterTrainingRuntime), ``"Kind/name"``, ``"TrainingRuntime/ns/name"``, a dict as
+        the API takes it, or a ``Runtime`` from ``Client.runtimes()``."""
+        if isinstance(value, RuntimeRef):
+            return value
+        if isinstance(value, Runtime):
+            return cls(name=value.name, kind=value.kind, namespace=value.namespace)
+        if isinstance(value, Mapping):
+            return cls(
+                name=str(value["name"]),
+                kind=str(value.get("kind", "ClusterTrainingRuntime")),
+                namespace=value.get("namespace"),
+            )
+        parts = str(value).split("/")
+        if len(parts) == 1:
+            return cls(name=parts[0])
+        if len(parts) == 2:
+            return cls(kind=parts[0], name=parts[1])
+        if len(parts) == 3:
+            return cls(kind=parts[0], namespace=parts[1], name=parts[2])
+        raise ValueError(f"runtime {value!r}: expected NAME, KIND/NAME or KIND/NAMESPACE/NAME")
+
+    def to_api(self) -> dict[str, str]:
+        data = {"kind": self.kind, "name": self.name}
+        if self.namespace:
+            data["namespace"] = self.namespace
+        return data
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What start would do: ``refused`` with every reason, warnings, and the objects it would create."""
+
+    refused: bool
+    reasons: list[Reason]
+    identity_warnings: list[str]
+    warnings: list[str]
+    objects: dict[str, Any] | None
+    data: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> Plan:
+        return cls(
+            refused=bool(data.get("refused")),
+            reasons=reasons_from(data),
+            identity_warnings=[str(w) for w in data.get("identity_warnings") or []],
+            warnings=[str(w) for w in data.get("warnings") or []],
+            objects=data.get("objects"),
+            data=data,
+        )
+
+    @property
+    def codes(self) -> list[str]:
+        return [r.code for r in self.reasons if not r.waived]
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job: its coarse ``state``, the typed ``cause`` of a failure, and its executions (TrainJobs)."""
+
+    id: str
+    state: str
+    cause: str
+    message: str
+    namespace: str
+    owner: str
+    runtime: dict[str, Any]
+    reasons: list[Reason]
+    executions: list[dict[str, Any]]
+    data: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> Job:
+        return cls(
+            id=_str(data.get("id")),
+            state=_str(data.get("state")),
+            cause=_str(data.get("cause")),
+            message=_str(data.get("message")),
+            namespace=_str(data.get("namespace")),
+            owner=_str(data.get("owner")),
+            runtime=dict(data.get("runtime") or {}),
+            reasons=reasons_from(data),
+            executions=list(data.get("executions") or []),
+            data=data,
+        )
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_JOB_STATES
+
+    @property
+    def trainjob_name(self) -> str | None:
+        """The TrainJob of the current (last) execution, if one was made."""
+        if not self.executions:
+            return None
+        name = self.executions[-1].get("trainjob_name")
+        return str(name) if name else None
+
+    @property
+    def codes(self) -> list[str]:
+        return [r.code for r in self.reasons if not r.waived]
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """A runtime the service knows: allow-listed or seen in the cluster, with its last verdict."""
+
+    kind: str
+    name: str
+    namespace: str | None
+    allow_listed: bool
+    purposes: list[str]
+    refused: bool | None
+    reasons: list[Reason]
+    data: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> Runtime:
+        verdict = data.get("verdict") or None
+        return cls(
+            kind=_str(data.get("kind")),
+            name=_str(data.get("name")),
+            namespace=data.get("namespace") or None,
+            allow_listed=bool(data.get("allow_listed")),
+            purposes=[str(p) for p in data.get("purposes") or []],
+            refused=None if verdict is None else bool(verdict.get("refused")),
+            reasons=reasons_from(verdict) if verdict else [],
+            data=data,
+        )
+
+    @property
+    def ref(self) -> RuntimeRef:
+        return RuntimeRef(name=self.name, kind=self.kind, namespace=self.namespace)
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """An interactive session as the API reports it."""
+
+    id: str
+    state: str
+    trainjob_name: str
+    namespace: str
+    pod: str | None
+    container: str | None
+    message: str
+    data: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> SessionInfo:
+        return cls(
+            id=_str(data.get("id")),
+            state=_str(data.get("state")),
+            trainjob_name=_str(data.get("trainjob_name")),
+            namespace=_str(data.get("namespace")),
+            pod=data.get("pod") or None,
+            container=data.get("container") or None,
+            message=_str(data.get("message")),
+            data=data,
+        )
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """The outcome of one command: ``returncode`` is None when the API server reported no exit code;
+    ``truncated`` is True when the service capped the output."""
+
+    stdout: str
+    stderr: str
+    returncode: int | None
+    truncated: bool = False
+    pod: str | None = None
+    container: str | None = None
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> ExecResult:
+        code = data.get("returncode")
+        return cls(
+            stdout=_str(data.get("stdout")),
+            stderr=_str(data.get("stderr")),
+            returncode=None if code is None else int(code),
+            truncated=bool(data.get("truncated", False)),
+            pod=data.get("pod") or None,
+            container=data.get("container") or None,
+        )
