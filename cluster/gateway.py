@@ -7,6 +7,7 @@ errors in cluster.errors, naming the object as "Kind namespace/name".
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -108,8 +109,24 @@ def _calling(what: str) -> Iterator[None]:
         raise ClusterUnavailable(what, _unreachable(exc)) from None
 
 
+class _RequestCounter:
+    """API requests made by this process, counted at the gateway (make bench reports them per sync cycle)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.total = 0
+
+    def add(self) -> None:
+        with self._lock:
+            self.total += 1
+
+
+requests_made = _RequestCounter()
+
+
 def _call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     # The generated client types custom-object results as `object`; they are plain dicts.
+    requests_made.add()
     with _calling(what):
         return fn(*args, _request_timeout=request_timeout(), **kwargs)
 
@@ -278,3 +295,107 @@ def list_namespaced(kind: str, namespace: str | None, label_selector: str = "") 
         )
     items: list[dict[str, Any]] = result.get("items", [])
     return items
+
+
+# ---------------------------------------------------------------- supervision reads
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything the supervisor reads in one cycle: dispatch's objects across the cluster (label-selected)
+    plus the Events and Nodes that explain them. Each item is plain data with its `kind` set."""
+
+    trainjobs: list[dict[str, Any]]
+    jobsets: list[dict[str, Any]]
+    jobs: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    nodes: list[dict[str, Any]]
+
+
+def _raw_list(
+    what: str, kind: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
+) -> list[dict[str, Any]]:
+    """One list call, its JSON parsed directly (the generated models cost more than the call on big lists)."""
+    response = _call(what, fn, *args, _preload_content=False, **kwargs)
+    try:
+        items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
+    except (ValueError, AttributeError) as exc:
+        raise ClusterUnavailable(what, f"unreadable list answer: {exc}") from None
+    for item in items:
+        item["kind"] = kind
+        (item.get("metadata") or {}).pop("managedFields", None)
+    return items
+
+
+def list_supervised(label_key: str, namespace: str | None = None) -> Observed:
+    """Six list calls however many jobs there are: TrainJobs, JobSets, Jobs and Pods carrying `label_key`,
+    and the Events and Nodes. With `namespace` the namespaced kinds are read from it alone."""
+    api_custom, api_core = custom(), core()
+    batch = client.BatchV1Api(api_client())
+    selector = label_key
+    where = f" in {namespace}" if namespace else ""
+
+    def custom_list(plural: str, kind: str, group: str, version: str) -> list[dict[str, Any]]:
+        if namespace:
+            return _raw_list(
+                f"{kind}s{where}",
+                kind,
+                api_custom.list_namespaced_custom_object,
+                group,
+                version,
+                namespace,
+                plural,
+                label_selector=selector,
+            )
+        return _raw_list(
+            f"{kind}s",
+            kind,
+            api_custom.list_cluster_custom_object,
+            group,
+            version,
+            plural,
+            label_selector=selector,
+        )
+
+    trainjobs = custom_list("trainjobs", "TrainJob", TRAINER_GROUP, TRAINER_VERSION)
+    jobsets = custom_list("jobsets", "JobSet", JOBSET_GROUP, JOBSET_VERSION)
+    if namespace:
+        jobs = _raw_list(f"Jobs{where}", "Job", batch.list_namespaced_job, namespace, label_selector=selector)
+        pods = _raw_list(
+            f"Pods{where}", "Pod", api_core.list_namespaced_pod, namespace, label_selector=selector
+        )
+        events = _raw_list(f"Events{where}", "Event", api_core.list_namespaced_event, namespace)
+    else:
+        jobs = _raw_list("Jobs", "Job", batch.list_job_for_all_namespaces, label_selector=selector)
+        pods = _raw_list("Pods", "Pod", api_core.list_pod_for_all_namespaces, label_selector=selector)
+        events = _raw_list("Events", "Event", api_core.list_event_for_all_namespaces)
+    nodes = _raw_list("Nodes", "Node", api_core.list_node)
+    return Observed(trainjobs=trainjobs, jobsets=jobsets, jobs=jobs, pods=pods, events=events, nodes=nodes)
+
+
+def watch_pods(
+    label_key: str, *, timeout_seconds: int, resource_version: str = ""
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Pod changes across the cluster for pods carrying `label_key`: (ADDED|MODIFIED|DELETED|BOOKMARK, pod).
+    Ends after timeout_seconds (the server closes the watch). A DELETED event carries the pod's last state:
+    the evidence of a preemption, eviction or lost node that a periodic list can miss."""
+    from kubernetes import watch
+
+    api = core()
+    stream = watch.Watch()
+    requests_made.add()
+    kwargs: dict[str, Any] = {
+        "label_selector": label_key,
+        "timeout_seconds": timeout_seconds,
+        "_request_timeout": (request_timeout()[0], timeout_seconds + 10),
+        "allow_watch_bookmarks": True,
+    }
+    if resource_version:
+        kwargs["resource_version"] = resource_version
+    with _calling("Pods (watch)"):
+        for event in stream.stream(api.list_pod_for_all_namespaces, _preload_content=False, **kwargs):
+            raw = event.get("raw_object") or {}
+            if isinstance(raw, dict):
+                raw["kind"] = "Pod"
+                yield str(event.get("type", "")), raw
