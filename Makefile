@@ -5,6 +5,7 @@ SHELL := /bin/bash
 
 PYTHON ?= python3.11
 VENV := .venv
+SDK_VENV := $(VENV)/kubeflow-sdk
 PY := $(VENV)/bin/python
 PORT ?= 8000
 VAR := var
@@ -12,16 +13,22 @@ RUN := $(VAR)/run
 TEST_DATABASE_URL ?= postgres://dispatch:dispatch@127.0.0.1:25432/dispatch
 TEST_REDIS_URL ?= redis://127.0.0.1:26379/1
 
-.PHONY: help venv up down status test lint bench cluster-build cluster-up cluster-down
+.PHONY: help venv up down status test lint bench image cluster-build cluster-up cluster-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-$(VENV)/.installed: requirements.lock pyproject.toml
+$(VENV)/.installed: requirements.lock pyproject.toml client/pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Python 3.11 is needed)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.lock
+	touch $@
+
+# The Kubeflow SDK in its own venv: kubeflow 0.5.0 pins kubernetes<36, dispatch pins 37 (tests/cluster/test_kubeflow_sdk.py).
+$(SDK_VENV)/.installed: requirements-kubeflow-sdk.lock $(VENV)/.installed
+	$(PYTHON) -m venv $(SDK_VENV)
+	$(SDK_VENV)/bin/python -m pip install -q -r requirements-kubeflow-sdk.lock
 	touch $@
 
 venv: $(VENV)/.installed ## create the virtualenv and install the pinned dependencies
@@ -54,12 +61,15 @@ lint: venv ## ruff, formatting, migrations, the OpenAPI schema and mypy
 		--file $(VAR)/openapi.yaml
 	$(VENV)/bin/mypy .
 
-test: venv ## install and start PostgreSQL, Redis and the local cluster, then lint and run the whole suite
+test: venv $(SDK_VENV)/.installed ## install and start PostgreSQL, Redis and the local cluster, then lint and run the whole suite
 	scripts/services up
 	scripts/browser-deps
 	scripts/cluster build
 	$(MAKE) --no-print-directory lint
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+image: venv ## build the container image with buildah (deploy/image/build; check --deploy runs inside it)
+	deploy/image/build $(IMAGE_TAG)
 
 bench: venv ## benchmarks: a report of ratios measured side by side in one run
 	scripts/services up
