@@ -240,6 +240,7 @@ def cmd_session_open(client: Client, args: argparse.Namespace, out: TextIO) -> i
             polling_interval=args.interval,
             namespace=args.namespace,
             env=_pairs(args.env, "--env"),
+            name=args.name,
         )
     except TimeoutError as exc:
         sys.stderr.write(f"dispatch: {exc}\n")
@@ -388,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image", required=True)
     p.add_argument("--num-nodes", type=int)
     p.add_argument("--namespace", help=f"default ${NAMESPACE_ENV}")
+    p.add_argument("--name", help="the TrainJob's name (default: the session id)")
     p.add_argument("--command", help="keep-alive command instead of sleep infinity (runs with sh -c)")
     p.add_argument("--env", action="append", metavar="KEY=VALUE")
     p.add_argument("--timeout", type=float, default=600, help="seconds to wait for the pod (default 600)")

@@ -24,6 +24,7 @@ import requests
 from dispatch_client.errors import (
     ConnectionFailed,
     DispatchError,
+    ExecTimedOut,
     JobEnded,
     NotFound,
     SessionNotRunning,
@@ -239,10 +240,13 @@ class Client:
         command: str | Sequence[str] | None = None,
         env: Mapping[str, str] | None = None,
         timeout_seconds: int | None = None,
+        name: str | None = None,
         wait: int | None = None,
     ) -> SessionInfo:
         """Creates a session (its TrainJob) and returns it as the API reports it, usually ``starting``.
-        ``wait`` (seconds, at most 300) lets the service hold the answer until the session runs."""
+        ``command`` replaces the keep-alive ``sleep infinity`` (a string runs with ``sh -c``); ``name``
+        names the TrainJob (default: the session id). ``wait`` (seconds, at most 300) lets the service
+        hold the answer until the session runs."""
         body: dict[str, Any] = {
             "runtime": RuntimeRef.parse(runtime).to_api(),
             "namespace": self._namespace(namespace),
@@ -251,11 +255,13 @@ class Client:
         if num_nodes is not None:
             body["num_nodes"] = num_nodes
         if command is not None:
-            body["command"] = command if isinstance(command, str) else list(command)
+            body["command"] = ["sh", "-c", command] if isinstance(command, str) else list(command)
         if env:
             body["env"] = dict(env)
         if timeout_seconds is not None:
             body["timeout_seconds"] = timeout_seconds
+        if name:
+            body["name"] = name
         params = {"wait": wait} if wait else None
         read = None if not wait else self.timeout[1] + wait
         _, data = self.request("POST", "/api/v1/sessions", json=body, params=params, read_timeout=read)
@@ -265,11 +271,16 @@ class Client:
         _, data = self.request("GET", f"/api/v1/sessions/{session_id}")
         return SessionInfo.from_api(data)
 
-    def sessions(self) -> list[SessionInfo]:
-        """The sessions the caller may see."""
-        _, data = self.request("GET", "/api/v1/sessions")
-        rows = data.get("results", []) if isinstance(data, dict) else data
-        return [SessionInfo.from_api(s) for s in rows]
+    def sessions(self, *, state: str | None = None) -> list[SessionInfo]:
+        """The sessions the caller may see, newest first (every page)."""
+        found: list[SessionInfo] = []
+        next_url: str | None = "/api/v1/sessions"
+        params = {"state": state} if state else None
+        while next_url:
+            _, data = self.request("GET", next_url, params=params if next_url == "/api/v1/sessions" else None)
+            found.extend(SessionInfo.from_api(s) for s in data.get("results", []))
+            next_url = data.get("next")
+        return found
 
     def execute(
         self,
@@ -280,7 +291,8 @@ class Client:
         timeout_seconds: int | None = None,
     ) -> ExecResult:
         """Runs a command in the session's trainer pod: a string with ``sh -c``, a list directly.
-        A session that is not running raises ``SessionNotRunning`` (a ``RuntimeError``)."""
+        A session that is not running raises ``SessionNotRunning`` (a ``RuntimeError``); a command that
+        outlives ``timeout_seconds`` raises ``ExecTimedOut`` (a ``TimeoutError``) with its output so far."""
         if not command:
             raise ValueError("empty command")
         body: dict[str, Any] = {"command": command if isinstance(command, str) else list(command)}
@@ -290,11 +302,12 @@ class Client:
             body["timeout_seconds"] = timeout_seconds
         read = None if timeout_seconds is None else self.timeout[1] + timeout_seconds
         status, data = self.request(
-            "POST", f"/api/v1/sessions/{session_id}/exec", json=body, read_timeout=read, accept=(409,)
+            "POST", f"/api/v1/sessions/{session_id}/exec", json=body, read_timeout=read, accept=(409, 504)
         )
-        if status == 409:
-            err = error_for(409, data, what=f"POST /api/v1/sessions/{session_id}/exec")
-            raise SessionNotRunning(str(err), status=409, body=data)
+        if status in (409, 504):
+            err = error_for(status, data, what=f"POST /api/v1/sessions/{session_id}/exec")
+            cls = SessionNotRunning if status == 409 else ExecTimedOut
+            raise cls(str(err), status=status, body=data)
         return ExecResult.from_api(data)
 
     def close_session(self, session_id: str) -> SessionInfo | None:
@@ -316,6 +329,7 @@ class Client:
         *,
         namespace: str | None = None,
         env: Mapping[str, str] | None = None,
+        name: str | None = None,
     ) -> Session:
         """Opens an interactive session: creates a TrainJob kept alive with ``sleep infinity`` (unless
         ``command`` is given), waits until its trainer pod runs and returns a ``Session``.
@@ -334,6 +348,7 @@ class Client:
             command=command,
             env=env,
             timeout_seconds=max(1, int(timeout)),
+            name=name,
         )
         while True:
             if info.state == "running":

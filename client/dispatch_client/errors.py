@@ -122,6 +122,16 @@ class ServerError(DispatchError):
     """Any other 5xx."""
 
 
+class ExecTimedOut(ServerError, TimeoutError):
+    """504 on execute: the command outlived its ``timeout_seconds``; ``result`` holds what it printed."""
+
+    @property
+    def result(self) -> Any:
+        from dispatch_client.models import ExecResult
+
+        return ExecResult.from_api(self.body) if isinstance(self.body, dict) else None
+
+
 class JobEnded(DispatchError):
     """``wait`` saw the job reach a terminal state other than the one asked for; ``job`` is its last read."""
 
