@@ -148,3 +148,18 @@ LOGGING = {
 
 # How long an Idempotency-Key is remembered for POST /api/v1/jobs.
 IDEMPOTENCY_WINDOW_SECONDS = 24 * 3600
+    # Jobs and sessions both have a `state` field with different choices: name each enum.
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "jobs.models.JobState",
+        "SessionStateEnum": "jobs.models.SessionState",
+    },
+
+# Interactive sessions (jobs.sessions): how long the trainer pod may take to run when the request names no
+# timeout; how long one command may run; how much of its output an answer carries; how long close waits for
+# the pods to go before it records a warning.
+SESSION_OPEN_TIMEOUT_SECONDS = 300
+SESSION_OPEN_TIMEOUT_MAX_SECONDS = 3600
+SESSION_EXEC_TIMEOUT_SECONDS = 60
+SESSION_EXEC_TIMEOUT_MAX_SECONDS = 600
+SESSION_EXEC_MAX_OUTPUT_BYTES = 1024 * 1024
+SESSION_CLOSE_TIMEOUT_SECONDS = 180

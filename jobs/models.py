@@ -176,3 +176,103 @@ class SupervisorCycle(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+# ---------------------------------------------------------------- interactive sessions
+
+
+class SessionState(models.TextChoices):
+    STARTING = "starting"  # the TrainJob exists; waiting for its trainer pod to run
+    RUNNING = "running"  # commands run in the trainer pod
+    FAILED = "failed"  # the trainer pod finished, or never ran in time; the TrainJob may still exist
+    CLOSING = "closing"  # the TrainJob is deleted; waiting for its pods to go
+    CLOSED = "closed"
+
+
+# A session holds its TrainJob name in its namespace until it is closed (its objects are then gone).
+SESSION_NAME_HOLDERS = frozenset(
+    {SessionState.STARTING, SessionState.RUNNING, SessionState.FAILED, SessionState.CLOSING}
+)
+
+
+SESSION_ID_PREFIX = "s"
+
+
+def _new_session_id() -> str:
+    """ "s" + the random part of a job id: a valid DNS label, and never taken for a job id."""
+    from jobs.naming import JOB_ID_PREFIX, new_job_id
+
+    return SESSION_ID_PREFIX + new_job_id().removeprefix(JOB_ID_PREFIX)
+
+
+class Session(models.Model):
+    """An interactive session: a TrainJob kept alive, and the trainer pod its commands run in."""
+
+    id = models.CharField(primary_key=True, max_length=16, default=_new_session_id, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="sessions")
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=63)  # the TrainJob's name (and its runtime copy's)
+    runtime_kind = models.CharField(max_length=32)
+    runtime_namespace = models.CharField(max_length=63, blank=True, default="")
+    runtime_name = models.CharField(max_length=253)
+    image = models.CharField(max_length=500)
+    num_nodes = models.PositiveIntegerField(null=True, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    command = models.JSONField(null=True, blank=True)  # the caller's; None: the keep-alive command
+    timeout_seconds = models.PositiveIntegerField()  # how long the trainer pod may take to run
+    trainer_replicated_job = models.CharField(max_length=63)  # whose pod is the trainer pod
+    state = models.CharField(
+        max_length=16, choices=SessionState.choices, default=SessionState.STARTING, db_index=True
+    )
+    message = models.TextField(blank=True, default="")
+    warning = models.TextField(blank=True, default="")
+    pod = models.CharField(max_length=253, blank=True, default="")
+    container = models.CharField(max_length=63, default="node")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    started_at = models.DateTimeField(null=True, blank=True)  # running since
+    closing_at = models.DateTimeField(null=True, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["namespace", "name"],
+                condition=~Q(state="closed"),
+                name="session_unique_open_name",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def runtime_ref(self) -> str:
+        from runtimes.models import runtime_ref
+
+        return runtime_ref(self.runtime_kind, self.runtime_namespace, self.runtime_name)
+
+
+class SessionExec(models.Model):
+    """One command run in a session (the audit log has it too; this is the session page's history)."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="execs")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    at = models.DateTimeField(auto_now_add=True)
+    command = models.JSONField()  # as given: a string (run with sh -c) or a list
+    pod = models.CharField(max_length=253)
+    container = models.CharField(max_length=63)
+    returncode = models.IntegerField(null=True, blank=True)
+    bytes_out = models.PositiveBigIntegerField(default=0)
+    truncated = models.BooleanField(default=False)
+    duration_ms = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")  # why no result came back (timeout, pod gone)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} exec {self.pk}"

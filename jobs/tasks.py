@@ -48,3 +48,31 @@ def executions_resubmit_stale() -> None:
     stale = services.executions_resubmit_stale()
     if stale:
         logger.warning("re-enqueued %d stale pending executions: %s", len(stale), stale)
+
+
+# ---------------------------------------------------------------- interactive sessions
+
+# A watcher looks for this long, then hands over to a fresh delivery, so a slow start never holds a worker
+# for the whole open timeout.
+SESSION_WATCH_SLICE_SECONDS = 20
+
+
+@shared_task(name="jobs.tasks.session_watch", acks_late=True, ignore_result=True)
+def session_watch(session_id: str) -> None:
+    """starting -> running or failed (jobs.sessions.session_observe, compare-and-set)."""
+    from jobs import sessions
+
+    if not sessions.session_watch(session_id=session_id, budget_seconds=SESSION_WATCH_SLICE_SECONDS):
+        session_watch.apply_async((session_id,), countdown=1)
+
+
+@shared_task(name="jobs.tasks.session_close_watch", acks_late=True, ignore_result=True)
+def session_close_watch(session_id: str) -> None:
+    """closing -> closed once the TrainJob's pods are gone (or with a warning after the close timeout)."""
+    from jobs import sessions
+
+    done = sessions.session_watch(
+        session_id=session_id, budget_seconds=SESSION_WATCH_SLICE_SECONDS, closing=True
+    )
+    if not done:
+        session_close_watch.apply_async((session_id,), countdown=1)

@@ -1,0 +1,274 @@
+"""Pods for interactive sessions: list a TrainJob's pods, and run a command in one through `pods/exec`.
+
+pods/exec is a websocket stream (kubernetes.stream): stdout and stderr are read until the server closes the
+stream, then the exit status is read from the error channel. `stream()` swaps `call_api` on the ApiClient
+it is given for the duration of the call, so every exec here runs on an ApiClient of its own thread, never
+on the shared one the other gateway calls use concurrently.
+
+Errors are the typed ones of cluster.errors, naming "Pod namespace/name".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import websocket
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.stream import stream
+from kubernetes.stream.ws_client import ERROR_CHANNEL, STDERR_CHANNEL, STDOUT_CHANNEL
+
+from cluster.client import api_client, request_timeout
+from cluster.errors import ClusterError, ClusterUnavailable, NotFound, Rejected
+from cluster.gateway import _call, core, target
+
+POD = "Pod"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """What a session needs to know about one pod."""
+
+    name: str
+    namespace: str
+    phase: str  # Pending, Running, Succeeded, Failed, Unknown
+    replicated_job: str  # the JobSet replicated job the pod belongs to ("" when not a JobSet pod)
+    job_index: int
+    completion_index: int
+    deleting: bool  # has a deletionTimestamp
+    containers: tuple[str, ...]
+    labels: dict[str, str]
+
+    @classmethod
+    def from_api(cls, pod: Any) -> PodInfo:
+        meta = pod.metadata
+        labels = dict(meta.labels or {})
+        annotations = meta.annotations or {}
+        return cls(
+            name=meta.name,
+            namespace=meta.namespace,
+            phase=(pod.status.phase if pod.status else None) or "Unknown",
+            replicated_job=labels.get(REPLICATED_JOB_LABEL, ""),
+            job_index=_int(labels.get(JOB_INDEX_LABEL)),
+            completion_index=_int(annotations.get(COMPLETION_INDEX_ANNOTATION)),
+            deleting=meta.deletion_timestamp is not None,
+            containers=tuple(c.name for c in (pod.spec.containers if pod.spec else None) or []),
+            labels=labels,
+        )
+
+
+def _int(value: str | None) -> int:
+    try:
+        return int(value) if value is not None else 0
+    except ValueError:
+        return 0
+
+
+def list_pods(namespace: str, label_selector: str) -> list[PodInfo]:
+    result = _call(
+        f"Pods in {namespace} ({label_selector})",
+        core().list_namespaced_pod,
+        namespace,
+        label_selector=label_selector,
+    )
+    return [PodInfo.from_api(p) for p in result.items]
+
+
+def get_pod(namespace: str, name: str) -> PodInfo | None:
+    try:
+        pod = _call(target(POD, namespace, name), core().read_namespaced_pod, name, namespace)
+    except NotFound:
+        return None
+    return PodInfo.from_api(pod)
+
+
+# ---------------------------------------------------------------- exec
+
+
+@dataclass(frozen=True)
+class ExecOutput:
+    stdout: str
+    stderr: str
+    returncode: int | None  # None: the API server reported no exit code
+    truncated: bool  # output beyond max_bytes was dropped
+    bytes_out: int  # what the command wrote to stdout and stderr, before any truncation
+    status_message: str  # the error channel's message when it reported no exit code
+
+
+class ExecTimeout(ClusterError):
+    """The command was still running when the exec's own timeout ended; the stream was closed."""
+
+    def __init__(self, what: str, message: str, output: ExecOutput) -> None:
+        super().__init__(what, message)
+        self.output = output
+
+
+_local = threading.local()
+
+
+def _exec_core() -> client.CoreV1Api:
+    """A CoreV1Api on an ApiClient owned by this thread (stream() mutates the client it runs on)."""
+    shared = api_client()
+    cached = getattr(_local, "core", None)
+    if cached is None or getattr(_local, "configuration", None) is not shared.configuration:
+        cached = client.CoreV1Api(client.ApiClient(shared.configuration))
+        _local.core = cached
+        _local.configuration = shared.configuration
+    return cached
+
+
+_HANDSHAKE = re.compile(r"Handshake status (\d{3})")
+_MESSAGE = re.compile(r'"message"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def translate_handshake(exc: ApiException, what: str) -> ClusterError:
+    """The websocket client reports a refused handshake as status 0 with the HTTP status and the API
+    server's Status body in the reason text: turn it into the typed error that status means."""
+    if exc.status:
+        from cluster.gateway import translate
+
+        return translate(exc, what)
+    text = str(exc.reason or "")
+    status_match = _HANDSHAKE.search(text)
+    message_match = _MESSAGE.search(text)
+    message = json.loads(f'"{message_match.group(1)}"') if message_match else text
+    status = int(status_match.group(1)) if status_match else 0
+    if status == 404:
+        return NotFound(what, message, status=status)
+    if 400 <= status < 500 and status != 429:
+        return Rejected(what, message, status=status)
+    return ClusterUnavailable(what, f"exec failed: {message}" if message else "exec failed", status=status)
+
+
+def parse_exec_status(text: str) -> tuple[int | None, str]:
+    """(exit code, message) from the error channel's v1.Status: Success is 0; NonZeroExitCode carries the
+    code as the ExitCode cause; anything else (or nothing at all) reports no exit code. Pure."""
+    if not text.strip():
+        return None, "the API server sent no exit status"
+    try:
+        status = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None, text.strip()
+    if not isinstance(status, dict):
+        return None, text.strip()
+    if status.get("status") == "Success":
+        return 0, ""
+    causes = (status.get("details") or {}).get("causes") or []
+    for cause in causes:
+        if isinstance(cause, dict) and cause.get("reason") == "ExitCode":
+            try:
+                return int(cause.get("message", "")), ""
+            except ValueError:
+                break
+    return None, str(status.get("message") or text.strip())
+
+
+class _Capped:
+    """Collects a stream's text up to a byte budget shared with the other stream."""
+
+    def __init__(self, budget: list[int]) -> None:
+        self.parts: list[str] = []
+        self.budget = budget  # [bytes left], shared between stdout and stderr
+        self.total = 0
+        self.truncated = False
+
+    def add(self, text: str) -> None:
+        if not text:
+            return
+        data = text.encode()
+        self.total += len(data)
+        left = self.budget[0]
+        if len(data) <= left:
+            self.parts.append(text)
+            self.budget[0] = left - len(data)
+            return
+        self.truncated = True
+        if left > 0:
+            self.parts.append(data[:left].decode(errors="ignore"))
+            self.budget[0] = 0
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+def exec_in_pod(
+    namespace: str,
+    pod: str,
+    container: str,
+    argv: list[str],
+    *,
+    timeout: float,
+    max_bytes: int,
+) -> ExecOutput:
+    """Run argv (no TTY, no stdin) in the pod's container; wait at most `timeout` seconds for it.
+
+    NotFound: the pod is gone. Rejected: the API server refused (no such container, pod not running).
+    ExecTimeout: still running after `timeout`. ClusterUnavailable: the API server could not be reached."""
+    what = target(POD, namespace, pod)
+    connect_timeout, _ = request_timeout()
+    try:
+        # The websocket client has no per-call connect timeout: its module default applies to new sockets.
+        websocket.setdefaulttimeout(max(connect_timeout, float(timeout)))
+        resp = stream(
+            _exec_core().connect_get_namespaced_pod_exec,
+            pod,
+            namespace,
+            container=container,
+            command=argv,
+            stdin=False,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            _preload_content=False,
+        )
+    except ApiException as exc:
+        raise translate_handshake(exc, what) from None
+    except (OSError, websocket.WebSocketException) as exc:
+        raise ClusterUnavailable(what, f"exec failed: {exc}") from None
+
+    budget = [max_bytes]
+    out, err = _Capped(budget), _Capped(budget)
+    status_text: list[str] = []
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    try:
+        while resp.is_open():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            resp.update(timeout=min(left, 1.0))
+            if resp.peek_channel(STDOUT_CHANNEL):
+                out.add(resp.read_channel(STDOUT_CHANNEL))
+            if resp.peek_channel(STDERR_CHANNEL):
+                err.add(resp.read_channel(STDERR_CHANNEL))
+        out.add(resp.read_channel(STDOUT_CHANNEL))
+        err.add(resp.read_channel(STDERR_CHANNEL))
+        status_text.append(resp.read_channel(ERROR_CHANNEL))
+    except (OSError, websocket.WebSocketException) as exc:
+        raise ClusterUnavailable(what, f"exec stream broke: {exc}") from None
+    finally:
+        resp.close()
+
+    returncode, message = (None, "") if timed_out else parse_exec_status("".join(status_text))
+    output = ExecOutput(
+        stdout=out.text(),
+        stderr=err.text(),
+        returncode=returncode,
+        truncated=out.truncated or err.truncated,
+        bytes_out=out.total + err.total,
+        status_message=message,
+    )
+    if timed_out:
+        raise ExecTimeout(what, f"the command was still running after {timeout:g}s", output)
+    return output
