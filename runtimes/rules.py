@@ -41,6 +41,10 @@ NO_NODE_CONTAINER: Final = "no-node-container"
 NO_PUBLISH_INIT_CONTAINER: Final = "no-publish-init-container"
 JOBSET_MAX_RESTARTS: Final = "jobset-max-restarts"
 JOBSET_FAILURE_RULE_ACTION: Final = "jobset-failure-rule-action"
+CONTAINER_RESTART_POLICY: Final = "container-restart-policy"
+COMPLETION_MODE: Final = "completion-mode"
+FAIL_INDEX_WITHOUT_PER_INDEX: Final = "fail-index-without-per-index"
+TORCH_TRAINER_JOB_NAME: Final = "torch-trainer-job-name"
 
 REASON_CODES: Final = (
     RUNTIME_NOT_ALLOWED,
@@ -57,6 +61,10 @@ REASON_CODES: Final = (
     NO_PUBLISH_INIT_CONTAINER,
     JOBSET_MAX_RESTARTS,
     JOBSET_FAILURE_RULE_ACTION,
+    CONTAINER_RESTART_POLICY,
+    COMPLETION_MODE,
+    FAIL_INDEX_WITHOUT_PER_INDEX,
+    TORCH_TRAINER_JOB_NAME,
 )
 WAIVABLE_CODES: Final = frozenset({POD_FAILURE_POLICY_IGNORE, BACKOFF_LIMIT_PER_INDEX})
 
@@ -69,6 +77,10 @@ CAP_GANG_SCHEDULING: Final = "GangScheduling"
 ALLOWED_MLPOLICY_KEYS: Final = frozenset({"numNodes", "torch"})
 KNOWN_POD_FAILURE_ACTIONS: Final = frozenset({"FailJob", "FailIndex", "Count", "Ignore"})
 JOBSET_FAIL_ACTION: Final = "FailJobSet"
+INDEXED: Final = "Indexed"
+SIDECAR_RESTART_POLICY: Final = "Always"  # an init container with restartPolicy Always is a sidecar
+CONTAINER_RESTART_ACTION: Final = "Restart"
+TORCH_TRAINER_JOB: Final = "node"  # the torch plugin's master address names the replicated job "node"
 
 JOBS_PATH: Final = "spec.template.spec.replicatedJobs"
 FAILURE_POLICY_PATH: Final = "spec.template.spec.failurePolicy"
@@ -99,6 +111,40 @@ class SiteRules:
 
 
 DEFAULT_SITE_RULES: Final = SiteRules()
+
+# Who can put a runtime on the allow-list, and where: every runtime-not-allowed message says it.
+ALLOW_LIST_WHO: Final = "a platform user adds runtimes on the Runtimes page"
+
+
+@dataclass(frozen=True)
+class AllowListMiss:
+    """Why a runtime is not on the allow-list for what it was asked for: the refusal message says so.
+
+    dispatch always enforces its allow-list (a runtime nobody reviewed does not run), even when the list is
+    empty; saying that it is empty, or that the runtime is listed for the other purpose only, saves the
+    reader from guessing why a runtime that passes every rule is refused.
+    """
+
+    purpose: str = ""  # "jobs" or "sessions"; "" when the question was not for one purpose
+    list_empty: bool = False  # nothing at all is on the allow-list
+    listed_for: tuple[str, ...] = ()  # the purposes the runtime is listed for (not `purpose`)
+
+
+def not_allowed_message(ref: str, miss: AllowListMiss) -> str:
+    """The runtime-not-allowed message: what is missing, and who adds it."""
+    purpose = f" for {miss.purpose}" if miss.purpose else ""
+    if miss.list_empty:
+        return (
+            f"{ref} is not on the site's runtime allow-list{purpose}: the allow-list is empty, and dispatch "
+            f"runs no runtime nobody reviewed; {ALLOW_LIST_WHO}"
+        )
+    if miss.listed_for and miss.purpose:
+        listed = " and ".join(miss.listed_for)
+        return (
+            f"{ref} is on the site's runtime allow-list for {listed} only, not for {miss.purpose}; "
+            f"a platform user adds it for {miss.purpose} on the Runtimes page"
+        )
+    return f"{ref} is not on the site's runtime allow-list{purpose}; {ALLOW_LIST_WHO}"
 
 
 @dataclass(frozen=True)
@@ -321,6 +367,24 @@ _WHY: Final = {
         "every JobSet failurePolicy rule's action must be FailJobSet "
         "(dispatch restarts nothing natively: a JobSet restart is recovery the plan never chose)"
     ),
+    CONTAINER_RESTART_POLICY: (
+        "a container of the trainer pod must not state its own restartPolicy (other than Never) or a Restart "
+        "rule: the kubelet would then rerun the rank in place whatever the pod's restartPolicy says, raising "
+        "neither DISPATCH_ATTEMPT nor the JobSet restart attempt (sidecar init containers, restartPolicy: "
+        "Always, are fine)"
+    ),
+    COMPLETION_MODE: (
+        "the trainer job must leave completionMode unset (JobSet sets Indexed) or state Indexed: without a "
+        "completion index there is no rank"
+    ),
+    FAIL_INDEX_WITHOUT_PER_INDEX: (
+        "the Job API rejects a FailIndex rule without backoffLimitPerIndex, so the Job could never be "
+        "created and the job would wait in queued"
+    ),
+    TORCH_TRAINER_JOB_NAME: (
+        "with mlPolicy.torch the Trainer's torch plugin points every rank at <trainjob>-node-0-0 for "
+        'rendezvous, so the trainer job must be named "node"'
+    ),
 }
 _WAIVED = " (waived: allowRankRestart is set)"
 _WAIVABLE = " (allowRankRestart would waive this)"
@@ -486,6 +550,64 @@ def _check_jobset_failure_policy(jobset_spec: Mapping[str, Any], reasons: list[R
             _add(reasons, JOBSET_FAILURE_RULE_ACTION, path, f"is {_show(action)}{named}")
 
 
+def _container_restarts(container: Mapping[str, Any], path: str, init: bool) -> list[tuple[str, str]]:
+    """The fields by which one container restarts in place, as (path, value) pairs; none for a sidecar."""
+    found: list[tuple[str, str]] = []
+    policy = container.get("restartPolicy")
+    if init and policy == SIDECAR_RESTART_POLICY:
+        return found  # a sidecar: restarted on its own, never the rank (and not counted for the pod's phase)
+    if policy is not None and policy != "Never":
+        found.append((f"{path}.restartPolicy", f"is {_show(policy)}"))
+    rules = container.get("restartPolicyRules")
+    if rules is not None and not isinstance(rules, list | tuple):
+        # What we cannot read may hide a Restart rule: report it rather than accept it.
+        found.append((f"{path}.restartPolicyRules", f"is {_show(rules)}, so its actions cannot be read"))
+    for index, rule in enumerate(_list(rules)):
+        if _m(rule).get("action") == CONTAINER_RESTART_ACTION:
+            found.append((f"{path}.restartPolicyRules[{index}].action", 'is "Restart"'))
+    return found
+
+
+def _check_identity_holes(
+    index: int, job: Mapping[str, Any], ml_policy: Mapping[str, Any], reasons: list[Reason]
+) -> None:
+    """The four rules after the JobSet ones in DESIGN.md's table; none is waived by allowRankRestart."""
+    job_path = f"{JOBS_PATH}[{index}].template.spec"
+    job_spec = _m(_m(job.get("template")).get("spec"))
+    pod_path = f"{job_path}.template.spec"
+    pod_spec = _m(_m(job_spec.get("template")).get("spec"))
+
+    for field, init in (("initContainers", True), ("containers", False)):
+        for i, container in enumerate(_list(pod_spec.get(field))):
+            if not isinstance(container, Mapping):
+                continue
+            restarts = _container_restarts(container, f"{pod_path}.{field}[{i}]", init)
+            if restarts:
+                first_path, first = restarts[0]
+                more = "".join(f" and {p} {v}" for p, v in restarts[1:])
+                name = container.get("name")
+                named = f" (container {_show(name)})" if isinstance(name, str) else ""
+                _add(reasons, CONTAINER_RESTART_POLICY, first_path, f"{first}{more}{named}")
+
+    mode = job_spec.get("completionMode")
+    if mode is not None and mode != INDEXED:
+        _add(reasons, COMPLETION_MODE, f"{job_path}.completionMode", f"is {_show(mode)}")
+
+    if job_spec.get("backoffLimitPerIndex") is None:
+        pf_rules = _m(job_spec.get("podFailurePolicy")).get("rules")
+        for i, rule in enumerate(_list(pf_rules)):
+            if _m(rule).get("action") == "FailIndex":
+                path = f"{job_path}.podFailurePolicy.rules[{i}].action"
+                found = f'is "FailIndex" and {job_path}.backoffLimitPerIndex is not set'
+                _add(reasons, FAIL_INDEX_WITHOUT_PER_INDEX, path, found)
+
+    if ml_policy.get("torch") is not None:
+        name = job.get("name")
+        if name != TORCH_TRAINER_JOB:
+            found = "is not set" if name is None else f"is {_show(name)}"
+            _add(reasons, TORCH_TRAINER_JOB_NAME, f"{JOBS_PATH}[{index}].name", found)
+
+
 # Capabilities that do not depend on the runtime's values are built once (the checker is on hot paths).
 _PPN_YES = Capability(
     CAP_PROCS_PER_NODE,
@@ -568,23 +690,23 @@ def check_runtime(
     runtime: Mapping[str, Any] | None,
     *,
     rules: SiteRules = DEFAULT_SITE_RULES,
-    allow_listed: bool | None = None,
+    allow_listed: bool | AllowListMiss | None = None,
     ref: str = "",
 ) -> Verdict:
     """Judge a runtime against every rule.
 
     runtime: the whole object as a plain dict, or None when it does not exist in the cluster.
-    allow_listed: None when the allow-list does not apply (file mode), else whether the runtime is on it.
+    allow_listed: None when the allow-list does not apply (file mode); True when the runtime is on it;
+        False, or an AllowListMiss saying why (the list is empty, listed for the other purpose), when not.
     ref: how to name the runtime in messages, e.g. "ClusterTrainingRuntime/foo" (derived when empty).
     """
     reasons: list[Reason] = []
     if runtime is not None and not isinstance(runtime, Mapping):
         runtime = _EMPTY  # not an object at all: judged as a runtime with nothing in it
     ref = ref or runtime_ref(runtime)
-    if allow_listed is False:
-        reasons.append(
-            Reason(RUNTIME_NOT_ALLOWED, f"{ref} is not on the site's runtime allow-list", "metadata.name")
-        )
+    if allow_listed is False or isinstance(allow_listed, AllowListMiss):
+        miss = allow_listed if isinstance(allow_listed, AllowListMiss) else AllowListMiss()
+        reasons.append(Reason(RUNTIME_NOT_ALLOWED, not_allowed_message(ref, miss), "metadata.name"))
     if runtime is None:
         reasons.append(Reason(RUNTIME_NOT_FOUND, f"{ref} does not exist in the cluster", ""))
         return Verdict(True, tuple(reasons), None, _missing_capabilities(ref))
@@ -604,6 +726,8 @@ def check_runtime(
         )
 
     _check_jobset_failure_policy(jobset_spec, reasons)
+    if trainer_index is not None:
+        _check_identity_holes(trainer_index, jobs[trainer_index], _m(spec.get("mlPolicy")), reasons)
 
     refused = any(not r.waived for r in reasons)
     warning = identity_warning_for(ignore_rule, per_index) if rules.allow_rank_restart else None

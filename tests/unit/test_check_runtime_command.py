@@ -216,3 +216,74 @@ def test_manage_py_exits_0_even_when_runtimes_are_refused() -> None:
     results = json.loads(result.stdout)
     assert [r["name"] for r in results] == ["torch-onfailure", "ignore-disruptions", "mpi-launcher"]
     assert all(r["refused"] for r in results)
+
+
+# --- the four identity holes (DESIGN.md: container-restart-policy, completion-mode,
+# fail-index-without-per-index, torch-trainer-job-name), none waived by allowRankRestart
+
+FOUR_HOLES = """\
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: ClusterTrainingRuntime
+metadata:
+  name: four-holes
+spec:
+  mlPolicy:
+    numNodes: 2
+    torch: {}
+  template:
+    spec:
+      replicatedJobs:
+        - name: trainer
+          template:
+            metadata:
+              labels:
+                trainer.kubeflow.org/trainjob-ancestor-step: trainer
+            spec:
+              backoffLimit: 0
+              completionMode: NonIndexed
+              podFailurePolicy:
+                rules:
+                  - action: FailIndex
+                    onExitCodes: {operator: In, values: [3]}
+              template:
+                spec:
+                  restartPolicy: Never
+                  initContainers:
+                    - name: log-shipper
+                      image: busybox
+                      restartPolicy: Always
+                  containers:
+                    - name: node
+                      image: busybox
+                      restartPolicy: OnFailure
+"""
+JOB = "spec.template.spec.replicatedJobs[0]"
+
+
+@pytest.mark.parametrize("args", [[], ["--allow-rank-restart"]], ids=["default", "allow-rank-restart"])
+def test_json_reports_the_four_identity_holes_with_their_paths(tmp_path: Path, args: list[str]) -> None:
+    manifest = tmp_path / "four-holes.yaml"
+    manifest.write_text(FOUR_HOLES)
+    (result,) = run_json(*args, str(manifest))
+    assert result["refused"] is True
+    assert [(r["code"], r["path"], r["waived"]) for r in result["reasons"]] == [
+        ("container-restart-policy", f"{JOB}.template.spec.template.spec.containers[0].restartPolicy", False),
+        ("completion-mode", f"{JOB}.template.spec.completionMode", False),
+        ("fail-index-without-per-index", f"{JOB}.template.spec.podFailurePolicy.rules[0].action", False),
+        ("torch-trainer-job-name", f"{JOB}.name", False),
+    ]
+    assert result["identity_warning"] is None
+
+
+def test_table_prints_the_four_identity_holes(tmp_path: Path) -> None:
+    manifest = tmp_path / "four-holes.yaml"
+    manifest.write_text(FOUR_HOLES)
+    lines = run(str(manifest)).splitlines()
+    assert re.fullmatch(r"ClusterTrainingRuntime/four-holes\s+REFUSED", lines[0])
+    assert lines[1].startswith(
+        f"    container-restart-policy: {JOB}.template.spec.template.spec.containers[0]"
+    )
+    assert '"OnFailure" (container "node")' in lines[1]
+    assert lines[2].startswith(f'    completion-mode: {JOB}.template.spec.completionMode is "NonIndexed"')
+    assert lines[3].startswith("    fail-index-without-per-index: ")
+    assert lines[4].startswith(f'    torch-trainer-job-name: {JOB}.name is "trainer"')

@@ -18,6 +18,7 @@ import yaml
 from runtimes.rules import (
     DEFAULT_SITE_RULES,
     TRAINER_ANCESTOR_LABEL,
+    AllowListMiss,
     Reason,
     SiteRules,
     Verdict,
@@ -94,6 +95,20 @@ def delete_in(getter: Callable[[dict[str, Any]], dict[str, Any]], key: str) -> M
         del getter(rt)[key]
 
     return mutate
+
+
+def container_field(key: str, value: Any) -> Mutation:
+    """Sets a field on the trainer pod's container "node" (containers[0])."""
+    return set_in(lambda rt: pod_spec(rt)["containers"][0], key, value)
+
+
+def restart_rule(*codes: int) -> dict[str, Any]:
+    """A container restart rule (Kubernetes ContainerRestartRule): restart in place on these exit codes."""
+    return {"action": "Restart", "exitCodes": {"operator": "In", "values": list(codes or (42,))}}
+
+
+def rename_trainer(name: str) -> Mutation:
+    return set_in(lambda rt: jobs(rt)[0], "name", name)
 
 
 def combine(*mutations: Mutation) -> Mutation:
@@ -226,7 +241,12 @@ RULE_CASES: list[tuple[str, Mutation | None, SiteRules, list[str]]] = [
     ("backoffLimit string '0'", set_in(job_spec, "backoffLimit", "0"), SiteRules(), ["backoff-limit"]),
     # podFailurePolicy: FailJob and Count are accepted, Ignore refused, unknown actions refused
     ("podFailurePolicy FailJob and Count", pfp("FailJob", "Count"), SiteRules(), []),
-    ("podFailurePolicy FailIndex is a known action", pfp("FailIndex"), SiteRules(), []),
+    (
+        "podFailurePolicy FailIndex is a known action (but needs backoffLimitPerIndex)",
+        pfp("FailIndex"),
+        SiteRules(),
+        ["fail-index-without-per-index"],
+    ),
     ("podFailurePolicy without rules", set_in(job_spec, "podFailurePolicy", {}), SiteRules(), []),
     ("podFailurePolicy Ignore", pfp("FailJob", "Ignore"), SiteRules(), ["pod-failure-policy-ignore"]),
     (
@@ -342,6 +362,118 @@ RULE_CASES: list[tuple[str, Mutation | None, SiteRules, list[str]]] = [
         SiteRules(),
         ["jobset-failure-rule-action"],
     ),
+    # a container's own restartPolicy or Restart rule; sidecar init containers are fine
+    ("container restartPolicy Never", container_field("restartPolicy", "Never"), SiteRules(), []),
+    (
+        "container restartPolicy OnFailure",
+        container_field("restartPolicy", "OnFailure"),
+        SiteRules(),
+        ["container-restart-policy"],
+    ),
+    (
+        "container restartPolicy Always",
+        container_field("restartPolicy", "Always"),
+        SiteRules(),
+        ["container-restart-policy"],
+    ),
+    (
+        "container Restart rule for exit code 42",
+        container_field("restartPolicyRules", [restart_rule()]),
+        SiteRules(),
+        ["container-restart-policy"],
+    ),
+    (
+        "restartPolicy and a Restart rule in one container: one reason",
+        combine(
+            container_field("restartPolicy", "OnFailure"),
+            container_field("restartPolicyRules", [restart_rule(), restart_rule(7)]),
+        ),
+        SiteRules(),
+        ["container-restart-policy"],
+    ),
+    (
+        "two containers restarting: one reason each",
+        combine(
+            lambda rt: pod_spec(rt)["containers"].append({"name": "sidecar", "restartPolicy": "Always"}),
+            container_field("restartPolicy", "OnFailure"),
+        ),
+        SiteRules(),
+        ["container-restart-policy", "container-restart-policy"],
+    ),
+    (
+        "restartPolicyRules is not a list",
+        container_field("restartPolicyRules", {"action": "Restart"}),
+        SiteRules(),
+        ["container-restart-policy"],
+    ),
+    ("empty restartPolicyRules", container_field("restartPolicyRules", []), SiteRules(), []),
+    (
+        "sidecar init container (restartPolicy Always)",
+        set_in(pod_spec, "initContainers", [{"name": "log-shipper", "restartPolicy": "Always"}]),
+        SiteRules(),
+        [],
+    ),
+    (
+        "init container restartPolicy OnFailure is no sidecar",
+        set_in(pod_spec, "initContainers", [{"name": "setup", "restartPolicy": "OnFailure"}]),
+        SiteRules(),
+        ["container-restart-policy"],
+    ),
+    (
+        "init container with a Restart rule",
+        set_in(pod_spec, "initContainers", [{"name": "setup", "restartPolicyRules": [restart_rule()]}]),
+        SiteRules(),
+        ["container-restart-policy"],
+    ),
+    # completionMode: unset (JobSet sets Indexed) or Indexed
+    ("completionMode Indexed", set_in(job_spec, "completionMode", "Indexed"), SiteRules(), []),
+    (
+        "completionMode NonIndexed",
+        set_in(job_spec, "completionMode", "NonIndexed"),
+        SiteRules(),
+        ["completion-mode"],
+    ),
+    (
+        "completionMode is case-sensitive",
+        set_in(job_spec, "completionMode", "indexed"),
+        SiteRules(),
+        ["completion-mode"],
+    ),
+    # FailIndex needs backoffLimitPerIndex (the Job API rejects it otherwise)
+    (
+        "two FailIndex rules without backoffLimitPerIndex, one reason each",
+        pfp("FailIndex", "FailJob", "FailIndex"),
+        SiteRules(),
+        ["fail-index-without-per-index", "fail-index-without-per-index"],
+    ),
+    (
+        "FailIndex with backoffLimitPerIndex is refused for backoffLimitPerIndex only",
+        combine(pfp("FailIndex"), set_in(job_spec, "backoffLimitPerIndex", 0)),
+        SiteRules(),
+        ["backoff-limit-per-index"],
+    ),
+    # torch: the trainer job must be named node
+    (
+        "torch with the trainer job named node",
+        set_in(lambda rt: rt["spec"]["mlPolicy"], "torch", {}),
+        SiteRules(),
+        [],
+    ),
+    (
+        "torch with the trainer job named trainer",
+        combine(set_in(lambda rt: rt["spec"]["mlPolicy"], "torch", {}), rename_trainer("trainer")),
+        SiteRules(),
+        ["torch-trainer-job-name"],
+    ),
+    (
+        "torch with an unnamed trainer job",
+        combine(
+            set_in(lambda rt: rt["spec"]["mlPolicy"], "torch", {}), delete_in(lambda rt: jobs(rt)[0], "name")
+        ),
+        SiteRules(),
+        ["torch-trainer-job-name"],
+    ),
+    ("a plain runtime may name its trainer job anything", rename_trainer("trainer"), SiteRules(), []),
     # accepted as they are
     (
         "podGroupPolicy coscheduling",
@@ -482,6 +614,72 @@ MESSAGE_CASES: list[tuple[str, Mutation, SiteRules, str, str, str]] = [
         "must be FailJobSet",
     ),
     (
+        "container restartPolicy names the container",
+        container_field("restartPolicy", "OnFailure"),
+        SiteRules(),
+        "container-restart-policy",
+        f"{POD0}.containers[0].restartPolicy",
+        f'{POD0}.containers[0].restartPolicy is "OnFailure" (container "node"); a container of the trainer '
+        "pod must not state its own restartPolicy (other than Never) or a Restart rule: the kubelet would "
+        "then rerun the rank in place whatever the pod's restartPolicy says",
+    ),
+    (
+        "container Restart rule names the rule",
+        container_field("restartPolicyRules", [{"action": "Stop"}, restart_rule(42)]),
+        SiteRules(),
+        "container-restart-policy",
+        f"{POD0}.containers[0].restartPolicyRules[1].action",
+        f'{POD0}.containers[0].restartPolicyRules[1].action is "Restart" (container "node")',
+    ),
+    (
+        "both in one container: one reason naming both",
+        combine(
+            container_field("restartPolicy", "Always"),
+            container_field("restartPolicyRules", [restart_rule(42)]),
+        ),
+        SiteRules(),
+        "container-restart-policy",
+        f"{POD0}.containers[0].restartPolicy",
+        f'{POD0}.containers[0].restartPolicy is "Always" and '
+        f'{POD0}.containers[0].restartPolicyRules[0].action is "Restart" (container "node")',
+    ),
+    (
+        "init container restartPolicy",
+        set_in(pod_spec, "initContainers", [{"name": "setup", "restartPolicy": "OnFailure"}]),
+        SiteRules(),
+        "container-restart-policy",
+        f"{POD0}.initContainers[0].restartPolicy",
+        f'{POD0}.initContainers[0].restartPolicy is "OnFailure" (container "setup")',
+    ),
+    (
+        "completionMode value",
+        set_in(job_spec, "completionMode", "NonIndexed"),
+        SiteRules(),
+        "completion-mode",
+        f"{JOB0}.completionMode",
+        f'{JOB0}.completionMode is "NonIndexed"; the trainer job must leave completionMode unset '
+        "(JobSet sets Indexed) or state Indexed: without a completion index there is no rank",
+    ),
+    (
+        "FailIndex names the rule and the missing field",
+        pfp("Count", "FailIndex"),
+        SiteRules(),
+        "fail-index-without-per-index",
+        f"{JOB0}.podFailurePolicy.rules[1].action",
+        f'{JOB0}.podFailurePolicy.rules[1].action is "FailIndex" and {JOB0}.backoffLimitPerIndex is not set; '
+        "the Job API rejects a FailIndex rule without backoffLimitPerIndex",
+    ),
+    (
+        "torch trainer job name",
+        combine(set_in(lambda rt: rt["spec"]["mlPolicy"], "torch", {}), rename_trainer("trainer")),
+        SiteRules(),
+        "torch-trainer-job-name",
+        "spec.template.spec.replicatedJobs[0].name",
+        'spec.template.spec.replicatedJobs[0].name is "trainer"; with mlPolicy.torch the Trainer\'s torch '
+        "plugin points every rank at <trainjob>-node-0-0 for rendezvous, so the trainer job must be named "
+        '"node"',
+    ),
+    (
         "no trainer job lists the jobs",
         lambda rt: jobs(rt)[0]["template"].pop("metadata"),
         SiteRules(),
@@ -587,6 +785,85 @@ def test_every_reason_is_reported_in_a_stable_order() -> None:
     ]
 
 
+def break_the_four_new_rules(rt: dict[str, Any]) -> None:
+    """Trips each of the four rules after the JobSet ones in DESIGN.md's table, and nothing else."""
+    pod_spec(rt)["containers"][0]["restartPolicyRules"] = [restart_rule(42)]
+    job_spec(rt)["completionMode"] = "NonIndexed"
+    pfp("FailIndex")(rt)
+    rt["spec"]["mlPolicy"]["torch"] = {"numProcPerNode": "auto"}
+    jobs(rt)[0]["name"] = "trainer"
+
+
+FOUR_NEW_CODES = [
+    "container-restart-policy",
+    "completion-mode",
+    "fail-index-without-per-index",
+    "torch-trainer-job-name",
+]
+
+
+@pytest.mark.parametrize("rules", [SiteRules(), ALLOW], ids=["default", "allowRankRestart"])
+def test_a_runtime_tripping_all_four_new_rules_gets_all_four_none_waived(rules: SiteRules) -> None:
+    verdict = judge(break_the_four_new_rules, rules)
+    assert list(verdict.codes) == FOUR_NEW_CODES
+    assert verdict.refused is True
+    assert not any(r.waived for r in verdict.reasons)
+    assert verdict.identity_warning is None  # nothing was waived, so there is nothing to warn about
+
+
+def test_the_new_rules_come_after_every_older_reason() -> None:
+    """DESIGN.md's table order: the four new codes after jobset-failure-rule-action."""
+
+    def mutate(rt: dict[str, Any]) -> None:
+        break_the_four_new_rules(rt)
+        jobset_spec(rt)["failurePolicy"] = {"rules": [{"action": "RestartJobSet"}]}
+        pod_spec(rt)["restartPolicy"] = "OnFailure"
+
+    assert list(judge(mutate).codes) == ["restart-policy", "jobset-failure-rule-action", *FOUR_NEW_CODES]
+
+
+# The accepted neighbours of the four rules: what they must not catch.
+NEIGHBOURS: list[tuple[str, Mutation, SiteRules, list[str]]] = [
+    ("container restartPolicy Never", container_field("restartPolicy", "Never"), SiteRules(), []),
+    (
+        "sidecar init container with restartPolicy Always",
+        set_in(pod_spec, "initContainers", [{"name": "log-shipper", "restartPolicy": "Always"}]),
+        SiteRules(),
+        [],
+    ),
+    (
+        "FailIndex with backoffLimitPerIndex under allowRankRestart",
+        combine(pfp("FailIndex"), set_in(job_spec, "backoffLimitPerIndex", 0)),
+        ALLOW,
+        ["backoff-limit-per-index"],  # waived, so the runtime is accepted with the identity warning
+    ),
+    (
+        "torch with a trainer job named node",
+        set_in(lambda rt: rt["spec"]["mlPolicy"], "torch", {"numProcPerNode": "auto"}),
+        SiteRules(),
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "rules", "codes"), [pytest.param(m, r, c, id=name) for name, m, r, c in NEIGHBOURS]
+)
+def test_accepted_neighbours_of_the_new_rules(mutate: Mutation, rules: SiteRules, codes: list[str]) -> None:
+    verdict = judge(mutate, rules)
+    assert verdict.refused is False
+    assert list(verdict.codes) == codes
+    assert all(r.waived for r in verdict.reasons)
+
+
+def test_fail_index_with_per_index_under_allow_rank_restart_warns_of_backoff_limit_per_index() -> None:
+    verdict = judge(combine(pfp("FailIndex"), set_in(job_spec, "backoffLimitPerIndex", 0)), ALLOW)
+    assert verdict.identity_warning == (
+        "allowRankRestart: the runtime's trainer job states backoffLimitPerIndex, so a failed rank can rerun "
+        "under the same DISPATCH_ATTEMPT and one execution can contain a restarted rank"
+    )
+
+
 # --- allowRankRestart: waived reasons and the identity warning
 
 WARNING_CASES = [
@@ -668,6 +945,51 @@ def test_allow_list(allow_listed: bool | None, codes: list[str]) -> None:
     assert verdict.refused is bool(codes)
     if codes:
         assert "ClusterTrainingRuntime/dispatch-kind" in verdict.reasons[0].message
+
+
+WHO = "a platform user adds runtimes on the Runtimes page"
+ALLOW_LIST_MESSAGES: list[tuple[str, bool | AllowListMiss, str]] = [
+    (
+        "not listed",
+        False,
+        f"ClusterTrainingRuntime/dispatch-kind is not on the site's runtime allow-list; {WHO}",
+    ),
+    (
+        "not listed for jobs",
+        AllowListMiss(purpose="jobs"),
+        f"ClusterTrainingRuntime/dispatch-kind is not on the site's runtime allow-list for jobs; {WHO}",
+    ),
+    (
+        "the allow-list is empty",
+        AllowListMiss(purpose="jobs", list_empty=True),
+        "ClusterTrainingRuntime/dispatch-kind is not on the site's runtime allow-list for jobs: the "
+        f"allow-list is empty, and dispatch runs no runtime nobody reviewed; {WHO}",
+    ),
+    (
+        "listed for sessions only",
+        AllowListMiss(purpose="jobs", listed_for=("sessions",)),
+        "ClusterTrainingRuntime/dispatch-kind is on the site's runtime allow-list for sessions only, not for "
+        "jobs; a platform user adds it for jobs on the Runtimes page",
+    ),
+    (
+        "listed for jobs only",
+        AllowListMiss(purpose="sessions", listed_for=("jobs",)),
+        "ClusterTrainingRuntime/dispatch-kind is on the site's runtime allow-list for jobs only, not for "
+        "sessions; a platform user adds it for sessions on the Runtimes page",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("allow_listed", "message"), [pytest.param(a, m, id=name) for name, a, m in ALLOW_LIST_MESSAGES]
+)
+def test_allow_list_refusal_says_why_and_who_adds_runtimes(
+    allow_listed: bool | AllowListMiss, message: str
+) -> None:
+    verdict = judge(None, allow_listed=allow_listed, ref="ClusterTrainingRuntime/dispatch-kind")
+    assert verdict.refused is True
+    assert verdict.codes == ("runtime-not-allowed",)
+    assert verdict.reasons[0].message == message
 
 
 def test_missing_runtime_is_refused_naming_the_ref() -> None:
