@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from django.contrib.auth.models import User
 from dispatch_site import roles
 from dispatch_site.services import user_create
 from runtimes.models import AllowListEntry
+from tests.cluster.deploy_support import dispatch_serviceaccount, example_manifests  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parents[2]
 DISPATCH_KIND = yaml.safe_load((REPO / "scripts" / "k8s" / "dispatch-kind.yaml").read_text())
@@ -23,11 +25,18 @@ GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 
 
 @pytest.fixture
-def dispatch_on_cluster(kubeconfig: str, settings: Any, db: None) -> str:
-    """dispatch's settings now name the real API server."""
+def dispatch_on_cluster(kubeconfig: str, settings: Any, db: None, request: pytest.FixtureRequest) -> str:
+    """dispatch's settings now name the real API server: as admin, or with DISPATCH_TEST_AS_SERVICEACCOUNT=1
+    with a kubeconfig holding only the token of deploy's ServiceAccount (its RBAC applied, the test's
+    namespace granted as an installation grants it); the tests' own ``kube`` stays admin."""
     settings.KUBECONFIG = kubeconfig
+    if os.environ.get("DISPATCH_TEST_AS_SERVICEACCOUNT") == "1":
+        account = request.getfixturevalue("dispatch_serviceaccount")
+        if "namespace" in request.fixturenames:
+            account.grant(request.getfixturevalue("namespace"))
+        settings.KUBECONFIG = account.kubeconfig
     settings.KUBE_TIMEOUT_SECONDS = 20
-    return kubeconfig
+    return str(settings.KUBECONFIG)
 
 
 @pytest.fixture
