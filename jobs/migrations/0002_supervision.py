@@ -22,6 +22,8 @@ class Migration(migrations.Migration):
                 ('transitions', models.PositiveIntegerField(default=0)),
                 ('error', models.TextField(blank=True, default='')),
                 ('cycles', models.PositiveBigIntegerField(default=0)),
+                ('lease_holder', models.CharField(blank=True, default='', max_length=64)),
+                ('lease_until', models.DateTimeField(null=True)),
             ],
         ),
         migrations.AddField(
