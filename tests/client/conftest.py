@@ -1,0 +1,182 @@
+"""The Python client and the CLI against a real dispatch: a gunicorn server process and a Celery worker
+process on the test database, the test Redis and the real local control plane; the client talks HTTP to
+127.0.0.1.
+
+The processes live for the whole run (starting them costs seconds). They read the database the tests write,
+so tests here use ``django_db(transaction=True)``: only committed rows are visible to another process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from django.conf import settings
+
+# The control plane fixtures (kubeconfig, kube, namespace) of tests/cluster, shared here.
+from tests.cluster.conftest import kube, kubeconfig, namespace  # noqa: F401
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def database_url() -> str:
+    """The test database (pytest-django's test_<name>), as a URL another process can use."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    return f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+@dataclass
+class Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def tail(self, chars: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=10)
+
+
+def start_process(name: str, argv: list[str], env: dict[str, str], logs: Path) -> Process:
+    log = logs / f"{name}.log"
+    with log.open("wb") as out:
+        popen = subprocess.Popen(
+            argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+        )
+    return Process(name=name, popen=popen, log=log)
+
+
+def service_env(kubeconfig_path: str) -> dict[str, str]:
+    return os.environ | {
+        "DATABASE_URL": database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "KUBECONFIG": kubeconfig_path,
+        "KUBE_TIMEOUT_SECONDS": "20",
+        "DEBUG": "true",
+        "LOG_LEVEL": "INFO",
+    }
+
+
+def start_web(env: dict[str, str], logs: Path, name: str = "web") -> tuple[str, Process]:
+    """gunicorn on a free 127.0.0.1 port; returns its URL once /healthz answers."""
+    port = free_port()
+    web = start_process(
+        name,
+        [
+            str(BIN / "gunicorn"),
+            "dispatch_site.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--worker-class",
+            "gthread",
+            "--workers",
+            "1",
+            "--threads",
+            "8",
+            "--timeout",
+            "330",
+            "--access-logfile",
+            "-",
+        ],
+        env,
+        logs,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        if web.popen.poll() is not None:
+            pytest.fail(f"{name} exited ({web.popen.returncode}):\n{web.tail()}", pytrace=False)
+        try:
+            if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return url, web
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            web.stop()
+            pytest.fail(f"{name} did not answer /healthz within 60s:\n{web.tail()}", pytrace=False)
+        time.sleep(0.2)
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    url: str
+    logs: Path
+
+
+@pytest.fixture(scope="session")
+def dispatch_server(
+    kubeconfig: str,  # noqa: F811
+    django_db_setup: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Dispatch]:
+    """A real dispatch (web + worker) on the test database, the test Redis and the local control plane.
+    Both are stopped by their pid at the end (before the test database is dropped)."""
+    logs = tmp_path_factory.mktemp("dispatch-server")
+    env = service_env(kubeconfig)
+    url, web = start_web(env, logs)
+    worker = start_process(
+        "worker",
+        [
+            str(BIN / "celery"),
+            "-A",
+            "dispatch_site",
+            "worker",
+            "--pool",
+            "threads",
+            "--concurrency",
+            "4",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "--loglevel",
+            "INFO",
+        ],
+        env,
+        logs,
+    )
+    try:
+        yield Dispatch(url=url, logs=logs)
+    finally:
+        worker.stop()
+        web.stop()
+
+
+@pytest.fixture
+def server_logs(dispatch_server: Dispatch) -> Callable[[], str]:
+    """The server's and the worker's log tails, for assertion messages."""
+
+    def tails() -> str:
+        out = []
+        for name in ("web", "worker"):
+            path = dispatch_server.logs / f"{name}.log"
+            if path.exists():
+                out.append(f"--- {name} ---\n{path.read_text(errors='replace')[-3000:]}")
+        return "\n".join(out)
+
+    return tails
