@@ -54,6 +54,7 @@ from runtimes.rules import (
     SiteRules,
     check_runtime,
     find_trainer_job,
+    not_allowed_message,
 )
 from runtimes.selectors import allow_list_entry
 
@@ -305,16 +306,22 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
     kind, runtime_namespace = ref.kind, ref.namespace or ""
     entry = allow_list_entry(kind, runtime_namespace, ref.name)
     miss = allow_list_miss(entry, list_empty=entry is None and not AllowListEntry.objects.exists())
-    found = gateway.get_runtime(kind, runtime_namespace, ref.name)
+    ref_text = runtime_ref(kind, runtime_namespace, ref.name)
+    try:
+        found = gateway.get_runtime(kind, runtime_namespace, ref.name)
+    except ClusterError:
+        if miss is None:
+            raise
+        # Not allowed whatever the cluster holds: say so now rather than that the cluster is down.
+        reason = Reason(RUNTIME_NOT_ALLOWED, not_allowed_message(ref_text, miss), "metadata.name")
+        raise _refused(owner, ref_text, request.namespace, [reason]) from None
     body = found.body if found is not None else None
     if (
         body is not None
         and (body.get("metadata") or {}).get("labels", {}).get(MANAGED_BY_LABEL) == MANAGED_BY
     ):
         body = None  # dispatch's own per-job copy is nobody's runtime
-    reasons, trainer_job = session_runtime_check(
-        body, miss=miss, ref=runtime_ref(kind, runtime_namespace, ref.name)
-    )
+    reasons, trainer_job = session_runtime_check(body, miss=miss, ref=ref_text)
     site = SiteSettings.load()
     spec = session_spec(request)
     session = Session(
@@ -336,14 +343,7 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
         extra, _ = start_reasons(spec=spec, runtime=body, namespace_granted=True, train_job_name=session.name)
         reasons += extra
     if reasons:
-        audit_record(
-            actor=owner,
-            action="session.refuse",
-            object_type="runtime",
-            object_id=runtime_ref(kind, runtime_namespace, ref.name)[:200],
-            details={"namespace": request.namespace, "codes": [r.code for r in reasons]},
-        )
-        raise SessionRefused(reasons)
+        raise _refused(owner, ref_text, request.namespace, reasons)
     assert body is not None
     try:
         with transaction.atomic():
@@ -380,6 +380,17 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
         raise SessionCreateFailed(session, message, transient=exc.transient) from None
     transaction.on_commit(lambda: _enqueue("session_watch", session.pk), robust=True)
     return session
+
+
+def _refused(owner: User, ref_text: str, namespace: str, reasons: list[Reason]) -> SessionRefused:
+    audit_record(
+        actor=owner,
+        action="session.refuse",
+        object_type="runtime",
+        object_id=ref_text[:200],
+        details={"namespace": namespace, "codes": [r.code for r in reasons]},
+    )
+    return SessionRefused(reasons)
 
 
 def _enqueue(task: str, session_id: str) -> None:
