@@ -2,10 +2,13 @@ from __future__ import annotations
 
 from django.urls import path
 
-from jobs import views
+from jobs import sessions_views, views
 
 urlpatterns = [
     path("jobs/", views.jobs_page, name="jobs"),
     path("jobs/<str:job_id>/", views.job_page, name="job"),
     path("jobs/<str:job_id>/cancel/", views.job_cancel_view, name="job-cancel"),
+    path("sessions/", sessions_views.sessions_page, name="sessions"),
+    path("sessions/<str:session_id>/", sessions_views.session_page, name="session"),
+    path("sessions/<str:session_id>/close/", sessions_views.session_close_view, name="session-close"),
 ]

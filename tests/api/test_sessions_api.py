@@ -185,3 +185,74 @@ def test_the_schema_documents_the_session_endpoints(client: Client) -> None:
         assert path in schema["paths"], path
     exec_ok = schema["paths"]["/api/v1/sessions/{session_id}/exec"]["post"]["responses"]["200"]
     assert exec_ok["content"]["application/json"]["schema"]["$ref"].endswith("/ExecResult")
+
+
+# ---------------------------------------------------------------- dashboard pages
+
+
+def _page_client(user: User, *, csrf: bool = False) -> Client:
+    client = Client(enforce_csrf_checks=csrf)
+    client.force_login(user)
+    return client
+
+
+def test_the_sessions_page_lists_what_the_user_may_see(plain_user: tuple[User, str], make_user: Any) -> None:
+    other, _ = make_user("otto", namespaces=("team-a",))
+    mine = _session(plain_user[0], pod="mine-node-0-0-aaaaa")
+    theirs = _session(other)
+    page = _page_client(plain_user[0]).get("/sessions/").content.decode()
+    assert mine.id in page and "mine-node-0-0-aaaaa" in page
+    assert theirs.id not in page
+    assert 'href="/sessions/"' in page  # the nav link
+
+
+def test_a_session_page_shows_the_trainer_pod_and_each_command_with_its_return_code(
+    plain_user: tuple[User, str],
+) -> None:
+    session = _session(plain_user[0])
+    SessionExec.objects.create(
+        session=session,
+        actor=plain_user[0],
+        command="exit 3",
+        pod=session.pod,
+        container="node",
+        returncode=3,
+    )
+    SessionExec.objects.create(
+        session=session,
+        actor=plain_user[0],
+        command=["true"],
+        pod=session.pod,
+        container="node",
+        returncode=0,
+    )
+    page = _page_client(plain_user[0]).get(f"/sessions/{session.id}/").content.decode()
+    assert session.pod in page
+    assert 'data-returncode="3"' in page and 'data-returncode="0"' in page
+    assert "exit 3" in page
+    assert 'id="session-close"' in page
+
+
+def test_closing_from_the_page_needs_the_csrf_token_and_is_audited(plain_user: tuple[User, str]) -> None:
+    session = _session(plain_user[0])
+    client = _page_client(plain_user[0], csrf=True)
+    assert client.post(f"/sessions/{session.id}/close/").status_code == 403
+    session.refresh_from_db()
+    assert session.state == SessionState.RUNNING
+    page = client.get(f"/sessions/{session.id}/").content.decode()
+    token = page.split('name="csrfmiddlewaretoken" value="')[1].split('"')[0]
+    response = client.post(f"/sessions/{session.id}/close/", {"csrfmiddlewaretoken": token})
+    assert response.status_code == 302
+    session.refresh_from_db()
+    # The API server cannot be reached here: the session waits in closing for its TrainJob to go.
+    assert session.state == SessionState.CLOSING
+    event = AuditEvent.objects.get(action="session.close")
+    assert (event.actor_name, event.object_id) == ("uma", session.id)
+
+
+def test_a_session_page_of_someone_else_is_404(plain_user: tuple[User, str], make_user: Any) -> None:
+    other, _ = make_user("otto", namespaces=("team-a",))
+    session = _session(other)
+    client = _page_client(plain_user[0])
+    assert client.get(f"/sessions/{session.id}/").status_code == 404
+    assert client.post(f"/sessions/{session.id}/close/").status_code == 404
