@@ -18,7 +18,7 @@ from dispatch_client.errors import (
     SessionNotRunning,
     Unauthorized,
 )
-from dispatch_client.models import ExecResult, Job, Plan, Runtime, RuntimeRef, SessionInfo
+from dispatch_client.models import ExecResult, Job, Plan, Runtime, RuntimeList, RuntimeRef, SessionInfo
 
 __all__ = [
     "BadRequest",
@@ -36,6 +36,7 @@ __all__ = [
     "Reason",
     "Refused",
     "Runtime",
+    "RuntimeList",
     "RuntimeRef",
     "ServerError",
     "ServiceUnavailable",

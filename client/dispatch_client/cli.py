@@ -214,6 +214,8 @@ def cmd_cancel(client: Client, args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_runtimes(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     runtimes = client.runtimes()
+    if runtimes.cluster_error:
+        sys.stderr.write(f"dispatch: the cluster could not be read: {runtimes.cluster_error}\n")
     if args.json:
         _emit_json(out, [r.data for r in runtimes])
         return EXIT_OK

@@ -36,6 +36,7 @@ from dispatch_client.models import (
     Job,
     Plan,
     Runtime,
+    RuntimeList,
     RuntimeRef,
     SessionInfo,
 )
@@ -224,10 +225,13 @@ class Client:
         _, body = self.request("POST", f"/api/v1/jobs/{job_id}/cancel")
         return Job.from_api(body)
 
-    def runtimes(self) -> list[Runtime]:
-        """Allow-listed runtimes and the cluster's other runtimes, each with its verdict and purposes."""
+    def runtimes(self) -> RuntimeList:
+        """Allow-listed runtimes and the cluster's other runtimes, each with its verdict and purposes;
+        ``.cluster_error`` says why the cluster's own list is missing, when it is."""
         _, body = self.request("GET", "/api/v1/runtimes")
-        return [Runtime.from_api(r) for r in body.get("results", [])]
+        return RuntimeList(
+            [Runtime.from_api(r) for r in body.get("results", [])], body.get("cluster_error") or None
+        )
 
     # ------------------------------------------------------------------ sessions
     def open_session(

@@ -164,6 +164,15 @@ class Runtime:
         return RuntimeRef(name=self.name, kind=self.kind, namespace=self.namespace)
 
 
+class RuntimeList(list[Runtime]):
+    """``Client.runtimes()``: the runtimes, and ``cluster_error`` when the cluster could not be read (the
+    allow-listed runtimes are then listed with their last recorded verdicts)."""
+
+    def __init__(self, runtimes: list[Runtime], cluster_error: str | None = None) -> None:
+        super().__init__(runtimes)
+        self.cluster_error = cluster_error
+
+
 @dataclass(frozen=True)
 class SessionInfo:
     """An interactive session as the API reports it."""
