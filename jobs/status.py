@@ -233,6 +233,7 @@ def _container_rows(statuses: object, sidecars: frozenset[str]) -> list[dict[str
                 "finished_at": terminated.get("finishedAt") if terminated else None,
                 "last_terminated": last.get("reason") if last else None,
                 "last_exit_code": _int(last.get("exitCode")) if last else None,
+                "last_finished_at": last.get("finishedAt") if last else None,
             }
         )
     return rows
@@ -306,6 +307,9 @@ class EventView:
     message: str
     type: str
     at: datetime | None
+    # When it first happened: a legacy event's firstTimestamp (its lastTimestamp moves on every repeat), an
+    # events.k8s.io event's eventTime (status-facts §5).
+    first: datetime | None = None
 
 
 def _event_view(event: Mapping[str, Any]) -> EventView:
@@ -325,6 +329,7 @@ def _event_view(event: Mapping[str, Any]) -> EventView:
         message=str(event.get("message") or event.get("note") or ""),
         type=str(event.get("type", "")),
         at=at,
+        first=parse_time(event.get("firstTimestamp")) or parse_time(event.get("eventTime")) or at,
     )
 
 
@@ -465,16 +470,17 @@ def classify_pod(
         for key, code_key in (("terminated", "exit_code"), ("last_terminated", "last_exit_code")):
             if row.get(key) == "OOMKilled":
                 where = "state" if key == "terminated" else "lastState"
+                oom_at = row.get("finished_at" if key == "terminated" else "last_finished_at")
                 return PodFailure(
                     cause=OOM,
                     pod=dict(d),
-                    at=parse_time(row.get("finished_at")) or finished,
+                    at=parse_time(oom_at) or finished,
                     evidence=[
                         _ev(
                             ref,
                             f"status.containerStatuses[{row['name']}].{where}.terminated.reason",
                             "OOMKilled",
-                            row.get("finished_at"),
+                            oom_at,
                         )
                     ],
                     exit_code=row.get(code_key),
@@ -535,10 +541,13 @@ def classify_pod(
     if container is not None:
         return failure(APP_ERROR, container.get("finished_at"), [])
 
-    # 8. Gone without a word: the node it ran on is gone or unreachable.
+    # 8. Gone without a word: the node it ran on is gone or unreachable. A pod only being deleted (the Job or
+    # JobSet controller sets no DisruptionTarget, status-facts §1.2) needs its node seen NotReady or tainted
+    # unreachable (§10): a node merely absent from the input proves nothing for a pod still listed (PodGC
+    # would have written DeletionByPodGC on it).
     if d.get("gone") or d.get("deleting"):
         lost, node_ev = _node_lost(d.get("node", ""), nodes)
-        if lost:
+        if lost and (d.get("gone") or d.get("node", "") in nodes):
             return failure(
                 NODE_LOST,
                 d.get("gone") or d.get("deleting"),
@@ -773,10 +782,18 @@ def derive(
             status.exit_code = failure.exit_code
 
     def fail_from_pods(aggregate: list[dict[str, Any]]) -> None:
-        """The chain behind an aggregate failure: the first failed pod is the cause, the others evidence."""
+        """The chain behind an aggregate failure: the first failed pod is the cause, the others evidence.
+        The chain runs through the current restart-attempt's failed Jobs (status-facts §10 precedence 1),
+        whose conditions are kept as evidence; a Job whose terminal reason is its deadline makes the failure
+        a timeout (precedence 4): its pods' 143s are the kill, not the cause."""
+        chain = [e for e in _failed_job_conditions(jobs, restart_attempt) if e not in aggregate]
+        if any(e["value"].startswith("DeadlineExceeded") for e in chain):
+            pods_ev = [e for f in current_failures for e in f.evidence]
+            fail(TIMEOUT, "a Job ran past its activeDeadlineSeconds", chain + pods_ev + aggregate)
+            return
         if first is not None:
             others = [e for f in current_failures if f is not first for e in f.evidence]
-            fail(first.cause, _sentence(first, attempt), first.evidence + others + aggregate, first)
+            fail(first.cause, _sentence(first, attempt), first.evidence + others + chain + aggregate, first)
             return
         message_failure = _failure_from_job_messages(jobs)
         if message_failure is not None:
@@ -895,6 +912,12 @@ def derive(
             "message": _admission_message(workloads) or "the TrainJob is suspended, waiting for admission",
             "since": (suspended or {}).get("lastTransitionTime"),
         }
+        if workload_cause and workload_cause[0] == TIMEOUT:
+            # Kueue deactivated the Workload for its maximum execution time: it is not requeued (Requeued
+            # is True only for Preempted and NodeFailures [Q: reconciler.go]), so the suspension is final.
+            status.queued_reason = {}
+            fail(TIMEOUT, "the Kueue Workload ran past its maximum execution time", workload_cause[1])
+            return status
         if workload_cause:
             status.cause, ev = workload_cause
             status.evidence = ev + status.evidence
@@ -972,13 +995,26 @@ def derive(
     ]
     if unexpected and not workload_cause:
         finding = unexpected[0]
+        identity_ev = [
+            _ev(f"Pod {_meta(trainjob).get('namespace')}/{name}", "identity", finding["why"])
+            for name in finding["pods"]
+        ]
+        # §10 precedence 7: when a preemption, a lost node or an eviction caused the rerun, that is the
+        # cause and the identity evidence is attached.
+        disrupted = [
+            f
+            for f in current_failures
+            if f.cause in (PREEMPTED, NODE_LOST, EVICTED) and f.pod.get("name") in finding["pods"]
+        ]
+        if disrupted:
+            fail(disrupted[0].cause, _sentence(disrupted[0], attempt), disrupted[0].evidence + identity_ev)
+            status.rank = finding["rank"]
+            status.stop = True
+            return status
         fail(
             IDENTITY_VIOLATION,
             f"rank {finding['rank']} ran twice under one identity: {finding['why']}",
-            [
-                _ev(f"Pod {_meta(trainjob).get('namespace')}/{name}", "identity", finding["why"])
-                for name in finding["pods"]
-            ],
+            identity_ev,
         )
         status.rank = finding["rank"]
         status.stop = True
@@ -1087,10 +1123,12 @@ def _latest_event_message(events: Sequence[EventView], pod_name: str, reason: st
 
 
 def _first_event_time(events: Sequence[EventView], pod_name: str, reasons: tuple[str, ...]) -> str | None:
-    for event in events:
-        if event.kind == "Pod" and event.name == pod_name and event.reason in reasons:
-            return _iso(event.at)
-    return None
+    firsts = [
+        event.first
+        for event in events
+        if event.kind == "Pod" and event.name == pod_name and event.reason in reasons and event.first
+    ]
+    return _iso(min(firsts)) if firsts else None
 
 
 def _waiting_evidence(pods: Iterable[Mapping[str, Any]], events: Sequence[EventView]) -> list[dict[str, Any]]:
@@ -1139,11 +1177,34 @@ def _failure_from_job_messages(
                         cond.get("lastTransitionTime"),
                     )
                 ]
-                return APP_ERROR, f"pod {match.group(2)} exited with code {code}", ev, None, code
+                # An Indexed Job's pod is named <job>-<index>-<suffix> [K: podGenerateNameWithIndex].
+                pod_name = match.group(2).rpartition("/")[2]
+                index = pod_name.removeprefix(f"{_name(job)}-").split("-")[0]
+                rank = _int(index) if pod_name.startswith(f"{_name(job)}-") else None
+                return APP_ERROR, f"pod {match.group(2)} exited with code {code}", ev, rank, code
             if cond.get("reason") == "DeadlineExceeded":
                 ev = [_ev(object_ref("Job", job), f"status.conditions[{kind}].reason", "DeadlineExceeded")]
                 return TIMEOUT, "a Job ran past its activeDeadlineSeconds", ev, None, None
     return None
+
+
+def _failed_job_conditions(jobs: Sequence[Mapping[str, Any]], restart_attempt: int) -> list[dict[str, Any]]:
+    """The Failed (else FailureTarget) condition of each failed Job of the current JobSet restart-attempt."""
+    out = []
+    for job in jobs:
+        if (_int(_labels(job).get(RESTART_ATTEMPT)) or 0) != restart_attempt:
+            continue
+        cond = _true(job, "Failed") or _true(job, "FailureTarget")
+        if cond:
+            out.append(
+                _ev(
+                    object_ref("Job", job),
+                    f"status.conditions[{cond.get('type')}]",
+                    f"{cond.get('reason')}: {cond.get('message')}",
+                    cond.get("lastTransitionTime"),
+                )
+            )
+    return out
 
 
 def _workload_cause(workloads: Sequence[Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]] | None:
