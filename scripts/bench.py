@@ -7,6 +7,8 @@
    - accepted submissions/s (POST /api/v1/jobs answered 202, each recorded in PostgreSQL and enqueued
      to Redis), target >= 200. No worker runs during the measurement, so the cluster is not flooded;
      the bench's jobs and queued messages are removed afterwards.
+   - a session execute through dispatch / the same exec with kubernetes.stream directly, p50 and p95,
+     target <= 1.5 (scripts/bench_sessions.py).
 The report is printed and written to var/bench/report.md.
 """
 
@@ -195,6 +197,10 @@ def server_bench() -> list[dict[str, Any]]:
         for round_number in range(1, ROUNDS + 1):
             for name, url, payload in endpoints:
                 rows.append({"name": name, "round": round_number, **wrk(url, token, payload)})
+        from scripts.bench_sessions import run as sessions_run
+
+        log("session execute: through dispatch vs a direct kubernetes.stream call ...")
+        rows.append({"name": "session-exec", **sessions_run(base, token, kubeconfig, BENCH_NAMESPACE)})
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -222,6 +228,8 @@ def main() -> None:
             f"{row['check_seconds'] * 1e6:.1f} | {row['ratio']:.3f} | {met} |"
         )
     rows = server_bench()
+    session_exec = next(r for r in rows if r["name"] == "session-exec")
+    rows = [r for r in rows if r["name"] != "session-exec"]
     by_name: dict[str, dict[str, Any]] = {}
     for row in rows:
         if row["name"] not in by_name or row["rps"] > by_name[row["name"]]["rps"]:
@@ -254,6 +262,9 @@ def main() -> None:
         f"| accepted submissions/s (PostgreSQL) | {accepted:.0f} | >= 200 | "
         f"{'yes' if accepted >= 200 else 'NO'} |",
     ]
+    from scripts.bench_sessions import report_lines
+
+    lines += report_lines(session_exec)
     report = "\n".join(lines) + "\n"
     out = REPO / "var" / "bench"
     out.mkdir(parents=True, exist_ok=True)

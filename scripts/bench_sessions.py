@@ -1,0 +1,164 @@
+"""Execute round trip through dispatch / a direct kubernetes.stream call to the same pod (target <= 1.5).
+
+Called by scripts/bench.py while its gunicorn server runs: opens one session (ClusterTrainingRuntime
+dispatch-kind, allow-listed for sessions for the run), then runs `true` ROUNDS times each way, interleaved
+(service, direct, service, direct, ...) so a slow moment of the machine hits both alike, and reports p50 and
+p95 of each and their ratios. The service path is what a user's execute costs: HTTP to gunicorn, token
+authentication, the session read, pods/exec through the gateway, the history row and the audit row.
+The direct path is the same exec from a client holding pods/exec itself.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from typing import Any
+
+import requests
+
+ROUNDS = int(os.environ.get("BENCH_SESSION_ROUNDS", "100"))
+WARMUP = 5
+COMMAND = ["true"]
+RUNTIME = {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def _kube(kubeconfig: str) -> Any:
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return client.CoreV1Api(client.ApiClient(configuration))
+
+
+def _ensure_namespace(core: Any, namespace: str) -> None:
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    deadline = time.monotonic() + 30
+    while True:  # pods are refused until the namespace's default ServiceAccount exists
+        try:
+            core.read_namespaced_service_account("default", namespace)
+            return
+        except ApiException as exc:
+            if exc.status != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _direct_exec(core: Any, namespace: str, pod: str) -> int | None:
+    from kubernetes.stream import stream
+
+    resp = stream(
+        core.connect_get_namespaced_pod_exec,
+        pod,
+        namespace,
+        container="node",
+        command=COMMAND,
+        stdin=False,
+        stdout=True,
+        stderr=True,
+        tty=False,
+        _preload_content=False,
+    )
+    try:
+        resp.run_forever(timeout=60)
+        code: int | None = resp.returncode
+    finally:
+        resp.close()
+    return code
+
+
+def run(base: str, token: str, kubeconfig: str, namespace: str) -> dict[str, Any]:
+    """Measure; returns the timings (seconds) and ratios. Leaves nothing behind."""
+    from jobs.models import Session
+    from runtimes.models import AllowListEntry
+
+    core = _kube(kubeconfig)
+    _ensure_namespace(core, namespace)
+    entry, _ = AllowListEntry.objects.get_or_create(kind=RUNTIME["kind"], namespace="", name=RUNTIME["name"])
+    was_for_sessions = entry.for_sessions
+    AllowListEntry.objects.filter(pk=entry.pk).update(for_sessions=True)
+    http = requests.Session()
+    http.headers["Authorization"] = f"Token {token}"
+    session_id = ""
+    try:
+        opened = http.post(
+            f"{base}/api/v1/sessions?wait=120",
+            json={"runtime": RUNTIME, "namespace": namespace, "image": "localhost/bench:1", "num_nodes": 1},
+            timeout=150,
+        )
+        opened.raise_for_status()
+        session = opened.json()
+        session_id = session["id"]
+        if session["state"] != "running":
+            raise RuntimeError(f"the bench session did not start: {session}")
+        pod = session["pod"]
+        url = f"{base}/api/v1/sessions/{session_id}/exec"
+
+        def via_service() -> float:
+            start = time.perf_counter()
+            answer = http.post(url, json={"command": COMMAND}, timeout=60)
+            elapsed = time.perf_counter() - start
+            if answer.status_code != 200 or answer.json()["returncode"] != 0:
+                raise RuntimeError(f"exec through dispatch failed: {answer.status_code} {answer.text}")
+            return elapsed
+
+        def direct() -> float:
+            start = time.perf_counter()
+            code = _direct_exec(core, namespace, pod)
+            elapsed = time.perf_counter() - start
+            if code != 0:
+                raise RuntimeError(f"direct exec returned {code}")
+            return elapsed
+
+        for _ in range(WARMUP):
+            via_service()
+            direct()
+        service_times: list[float] = []
+        direct_times: list[float] = []
+        for _ in range(ROUNDS):
+            service_times.append(via_service())
+            direct_times.append(direct())
+    finally:
+        if session_id:
+            http.delete(f"{base}/api/v1/sessions/{session_id}?wait=60", timeout=90)
+        Session.objects.filter(owner__username="bench").delete()
+        AllowListEntry.objects.filter(pk=entry.pk).update(for_sessions=was_for_sessions)
+    result = {
+        "rounds": ROUNDS,
+        "service_p50": statistics.median(service_times),
+        "service_p95": _percentile(service_times, 0.95),
+        "direct_p50": statistics.median(direct_times),
+        "direct_p95": _percentile(direct_times, 0.95),
+    }
+    result["ratio_p50"] = result["service_p50"] / result["direct_p50"]
+    result["ratio_p95"] = result["service_p95"] / result["direct_p95"]
+    return result
+
+
+def report_lines(result: dict[str, Any]) -> list[str]:
+    met = lambda ratio: "yes" if ratio <= 1.5 else "NO"  # noqa: E731
+    return [
+        "",
+        "## Session execute: through dispatch / direct kubernetes.stream (target <= 1.5)",
+        "",
+        f"{result['rounds']} interleaved rounds of `true` in one trainer pod.",
+        "",
+        "| percentile | through dispatch ms | direct ms | ratio | target met |",
+        "|---|---|---|---|---|",
+        f"| p50 | {result['service_p50'] * 1000:.1f} | {result['direct_p50'] * 1000:.1f} | "
+        f"{result['ratio_p50']:.2f} | {met(result['ratio_p50'])} |",
+        f"| p95 | {result['service_p95'] * 1000:.1f} | {result['direct_p95'] * 1000:.1f} | "
+        f"{result['ratio_p95']:.2f} | {met(result['ratio_p95'])} |",
+    ]
