@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import socket
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -47,7 +48,10 @@ logger = logging.getLogger(__name__)
 SUPERVISED = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.UNKNOWN})
 RETRY_BACKOFF = "retry-backoff"
 _TRAINJOB_PREFIX = re.compile(r"^(j[a-z2-7]{10}-\d+)(?:-|$)")
-_HOLDER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
 @dataclass
@@ -72,8 +76,8 @@ def _lease(name: str, seconds: float) -> bool:
     SupervisorCycle.objects.get_or_create(name=name)
     taken = (
         SupervisorCycle.objects.filter(name=name)
-        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_holder=_HOLDER))
-        .update(lease_holder=_HOLDER, lease_until=now + timedelta(seconds=seconds), started_at=now)
+        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_holder=_holder()))
+        .update(lease_holder=_holder(), lease_until=now + timedelta(seconds=seconds), started_at=now)
     )
     return taken == 1
 
@@ -81,7 +85,7 @@ def _lease(name: str, seconds: float) -> bool:
 def _release(name: str, report: CycleReport) -> None:
     from django.db.models import F
 
-    SupervisorCycle.objects.filter(name=name, lease_holder=_HOLDER).update(
+    SupervisorCycle.objects.filter(name=name, lease_holder=_holder()).update(
         lease_holder="",
         lease_until=None,
         finished_at=timezone.now(),
