@@ -17,8 +17,8 @@ from rest_framework.views import APIView
 from cluster.errors import ClusterError
 from dispatch_site import roles
 from dispatch_site.api import CreatedCursorPagination
-from jobs import selectors, services
-from jobs.models import Execution, Job, JobState
+from jobs import recovery, selectors, services
+from jobs.models import Execution, Job, JobEvent, JobState
 from jobs.serializers import JobSpecSerializer
 from runtimes.api import CapabilitySerializer, ReasonSerializer
 from runtimes.models import SiteSettings
@@ -40,16 +40,40 @@ def _cluster_unavailable(exc: ClusterError) -> Response:
     )
 
 
-def _execution_data(execution: Execution) -> dict[str, Any]:
-    return {
+def _execution_data(execution: Execution, *, detail: bool = False) -> dict[str, Any]:
+    data = {
         "attempt": execution.attempt,
         "trainjob_name": execution.trainjob_name,
         "state": execution.state,
         "cause": execution.cause,
         "message": execution.message,
+        "rank": execution.rank,
+        "exit_code": execution.exit_code,
+        "restart_attempt": execution.restart_attempt,
         "created_at": execution.created_at,
         "submitted_at": execution.submitted_at,
+        "started_at": execution.started_at,
         "finished_at": execution.finished_at,
+    }
+    if detail:
+        data["evidence"] = execution.evidence
+        data["queued_reason"] = execution.queued_reason
+        data["identity_findings"] = execution.identity_findings
+        data["ranks"] = execution.ranks
+        data["observed_at"] = execution.observed_at
+    return data
+
+
+def _event_data(event: JobEvent) -> dict[str, Any]:
+    return {
+        "at": event.at,
+        "attempt": event.attempt,
+        "kind": event.kind,
+        "from_state": event.from_state,
+        "to_state": event.to_state,
+        "cause": event.cause,
+        "message": event.message,
+        "details": event.details,
     }
 
 
@@ -69,8 +93,14 @@ def job_data(job: Job, *, detail: bool = False) -> dict[str, Any]:
         "evidence": job.evidence,
         "reasons": job.reasons,
         "identity_warnings": job.identity_warnings,
+        "identity_findings": job.identity_findings,
+        "failing_rank": job.failing_rank,
+        "exit_code": job.exit_code,
+        "queued_reason": job.queued_reason,
+        "last_known_state": job.last_known_state,
+        "unknown_since": job.unknown_since,
         "current_attempt": job.current_attempt,
-        "executions": [_execution_data(e) for e in job.executions.all()],
+        "executions": [_execution_data(e, detail=detail) for e in job.executions.all()],
         "created_at": job.created_at,
         "updated_at": job.updated_at,
         "state_changed_at": job.state_changed_at,
@@ -79,12 +109,59 @@ def job_data(job: Job, *, detail: bool = False) -> dict[str, Any]:
     if detail:
         data["spec"] = job.spec
         data["plan"] = job.plan
+        data["recovery_policy"] = job.recovery_policy
+        data["timeline"] = [_event_data(e) for e in job.events.all()]
     return data
 
 
 # The serializers below document the shape (OpenAPI); responses are built by job_data, because DRF's
 # per-field machinery cost more than the rest of a submission (measured with make bench).
+class EvidenceSerializer(serializers.Serializer):
+    object = serializers.CharField(help_text="the object, e.g. 'Pod team-a/j...-1-node-0-1-abcde'")
+    field = serializers.CharField(
+        help_text="the field that proves it, e.g. status.conditions[DisruptionTarget]"
+    )
+    value = serializers.JSONField()
+    at = serializers.CharField(allow_null=True, required=False)
+
+
+class QueuedReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(
+        help_text="awaiting-admission, awaiting-jobset, awaiting-pods, unschedulable, image-pull, "
+        "config-error, pods-not-created, retry-backoff"
+    )
+    message = serializers.CharField()
+    since = serializers.CharField(allow_null=True)
+
+
+class IdentityFindingSerializer(serializers.Serializer):
+    rank = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+    restart_attempt = serializers.IntegerField()
+    pods = serializers.ListField(child=serializers.CharField())
+    why = serializers.CharField()
+    expected = serializers.BooleanField(help_text="the plan's allowRankRestart identity warning foresaw it")
+
+
+class RankSerializer(serializers.Serializer):
+    rank = serializers.IntegerField(allow_null=True)
+    attempt = serializers.IntegerField(allow_null=True)
+    restart_attempt = serializers.IntegerField()
+    pod = serializers.CharField()
+    phase = serializers.CharField()
+    exit_code = serializers.IntegerField(allow_null=True)
+    restarts = serializers.IntegerField()
+    node = serializers.CharField()
+    reason = serializers.CharField()
+    first_failure = serializers.BooleanField()
+
+
 class ExecutionSerializer(serializers.ModelSerializer):
+    evidence = EvidenceSerializer(many=True, required=False, help_text="detail only")
+    queued_reason = QueuedReasonSerializer(required=False, help_text="detail only; {} when not waiting")
+    identity_findings = IdentityFindingSerializer(many=True, required=False, help_text="detail only")
+    ranks = RankSerializer(many=True, required=False, help_text="detail only: rank x restart attempt")
+
     class Meta:
         model = Execution
         fields = [
@@ -93,10 +170,25 @@ class ExecutionSerializer(serializers.ModelSerializer):
             "state",
             "cause",
             "message",
+            "rank",
+            "exit_code",
+            "restart_attempt",
             "created_at",
             "submitted_at",
+            "started_at",
             "finished_at",
+            "evidence",
+            "queued_reason",
+            "identity_findings",
+            "ranks",
+            "observed_at",
         ]
+
+
+class TimelineEntrySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobEvent
+        fields = ["at", "attempt", "kind", "from_state", "to_state", "cause", "message", "details"]
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -104,6 +196,9 @@ class JobSerializer(serializers.ModelSerializer):
     runtime = serializers.SerializerMethodField()
     status_url = serializers.SerializerMethodField()
     executions = ExecutionSerializer(many=True, read_only=True)
+    evidence = EvidenceSerializer(many=True)
+    queued_reason = QueuedReasonSerializer()
+    identity_findings = IdentityFindingSerializer(many=True)
 
     class Meta:
         model = Job
@@ -119,6 +214,12 @@ class JobSerializer(serializers.ModelSerializer):
             "evidence",
             "reasons",
             "identity_warnings",
+            "identity_findings",
+            "failing_rank",
+            "exit_code",
+            "queued_reason",
+            "last_known_state",
+            "unknown_since",
             "current_attempt",
             "executions",
             "created_at",
@@ -142,7 +243,9 @@ class JobSerializer(serializers.ModelSerializer):
 
 class JobDetailSerializer(JobSerializer):
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "spec", "plan"]
+        fields = [*JobSerializer.Meta.fields, "spec", "plan", "recovery_policy", "timeline"]
+
+    timeline = TimelineEntrySerializer(many=True, source="events")
 
     def to_representation(self, instance: Job) -> dict[str, Any]:
         return job_data(instance, detail=True)
@@ -180,6 +283,10 @@ class PlanSerializer(serializers.Serializer):
     )
     images = ImagePlacementSerializer
     names = PlanNamesSerializer()
+    recovery_policy = serializers.JSONField(
+        help_text="what the supervisor does after a failure: {retry: {cause: n}, "
+        "backoff_seconds: {cause: s}, budgets: {infrastructure: n, user: n}}"
+    )
 
 
 class PlanApi(APIView):
@@ -207,7 +314,9 @@ class PlanApi(APIView):
             )
         except ClusterError as exc:
             return _cluster_unavailable(exc)
-        return Response(plan.to_dict())
+        # The recovery policy that would apply: the site's default with this job's overrides (jobs.recovery).
+        policy = recovery.resolve(site.recovery_policy, spec.recovery_policy)
+        return Response({**plan.to_dict(), "recovery_policy": policy})
 
 
 class JobListCreateApi(ListAPIView):

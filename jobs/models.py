@@ -162,7 +162,7 @@ class JobEvent(models.Model):
 
 
 class SupervisorCycle(models.Model):
-    """One row per supervisor (name): when its last cycle ran and what it cost. The dashboard shows the lag."""
+    """One row per supervisor (name): when its last cycle ran and what it cost (for the dashboard)."""
 
     name = models.CharField(primary_key=True, max_length=32)
     started_at = models.DateTimeField(null=True)
@@ -173,6 +173,10 @@ class SupervisorCycle(models.Model):
     transitions = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True, default="")
     cycles = models.PositiveBigIntegerField(default=0)
+    # A lease, not a lock held across the cycle: two supervisors (two beats, a slow cycle overlapping the
+    # next) never run a cycle at once, and a crashed holder's lease simply runs out.
+    lease_holder = models.CharField(max_length=64, blank=True, default="")
+    lease_until = models.DateTimeField(null=True)
 
     def __str__(self) -> str:
         return self.name

@@ -24,6 +24,7 @@ from jobs.spec import (
     IMAGE_MAX,
     INT32_MAX,
     INT64_MAX,
+    MAX_BACKOFF_SECONDS,
     MAX_RETRIES,
     NUM_NODES_MAX,
     RETRYABLE_CAUSES,
@@ -141,18 +142,31 @@ def _cause_problem(cause: str, _retries: object) -> str | None:
     return f"cannot be retried: retryable causes are {', '.join(RETRYABLE_CAUSES)}"
 
 
+class RecoveryBudgetsSerializer(StrictSerializer):
+    infrastructure = StrictIntegerField(required=False, min_value=0, max_value=MAX_RETRIES)
+    user = StrictIntegerField(required=False, min_value=0, max_value=MAX_RETRIES)
+
+
 class RecoveryPolicySerializer(StrictSerializer):
-    """{"retry": {cause: max_retries}}: a supervisor starts a new execution (A+1) for a retried cause."""
+    """Overrides of the site's recovery policy (jobs.recovery): per cause the retries and the backoff before
+    attempt A+1, and the budgets that cap infrastructure and user causes together."""
 
     retry = serializers.DictField(
         child=StrictIntegerField(min_value=0, max_value=MAX_RETRIES), required=False, allow_empty=True
     )
+    backoff_seconds = serializers.DictField(
+        child=StrictIntegerField(min_value=0, max_value=MAX_BACKOFF_SECONDS), required=False, allow_empty=True
+    )
+    budgets = RecoveryBudgetsSerializer(required=False)
 
     def validate_retry(self, value: dict[str, int]) -> dict[str, int]:
         errors = {k: [msg] for k, v in value.items() if (msg := _cause_problem(k, v))}
         if errors:
             raise serializers.ValidationError(errors)
         return value
+
+    def validate_backoff_seconds(self, value: dict[str, int]) -> dict[str, int]:
+        return self.validate_retry(value)
 
 
 def _env_problem(name: str, _value: str) -> str | None:
@@ -266,5 +280,5 @@ class JobSpecSerializer(StrictSerializer):
             active_deadline_seconds=data.get("active_deadline_seconds"),
             labels=dict(data.get("labels", {})),
             queue_name=data.get("queue_name"),
-            recovery_policy=None if recovery is None else {"retry": dict(recovery.get("retry", {}))},
+            recovery_policy=None if recovery is None else {k: dict(v) for k, v in recovery.items()},
         )

@@ -46,6 +46,8 @@ RESERVED_ENV_NAMES: Final[Mapping[str, str]] = {
     "JOB_COMPLETION_INDEX": "Kubernetes (the rank of an Indexed Job)",
 }
 
+RECOVERY_POLICY_PARTS: Final = ("retry", "backoff_seconds", "budgets")
+
 # Failure causes (DESIGN.md, Status) a recovery policy may retry. `cancelled` is a person's decision and
 # `identity-violation` means the promise was already broken: neither is retried automatically.
 FAILURE_CAUSES: Final = (
@@ -64,6 +66,7 @@ FAILURE_CAUSES: Final = (
 )
 RETRYABLE_CAUSES: Final = tuple(c for c in FAILURE_CAUSES if c not in ("cancelled", "identity-violation"))
 MAX_RETRIES: Final = 10
+MAX_BACKOFF_SECONDS: Final = 3600
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -221,7 +224,9 @@ class JobSpec:
     active_deadline_seconds: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
     queue_name: str | None = None
-    recovery_policy: dict[str, Any] | None = None  # {"retry": {cause: max_retries}}
+    # Overrides of the site's recovery policy: {"retry": {cause: n}, "backoff_seconds": {cause: s},
+    # "budgets": {"infrastructure": n, "user": n}} (jobs.recovery).
+    recovery_policy: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         # Normalise (frozen, hence object.__setattr__): callers may pass lists or a dict for env.
@@ -231,8 +236,12 @@ class JobSpec:
         object.__setattr__(self, "resources_per_node", _resources(self.resources_per_node))
         object.__setattr__(self, "labels", {str(k): str(v) for k, v in self.labels.items()})
         if self.recovery_policy is not None:
-            retry = self.recovery_policy.get("retry") or {}
-            object.__setattr__(self, "recovery_policy", {"retry": {str(k): int(v) for k, v in retry.items()}})
+            policy = {
+                part: {str(k): int(v) for k, v in (self.recovery_policy.get(part) or {}).items()}
+                for part in RECOVERY_POLICY_PARTS
+                if part in self.recovery_policy
+            }
+            object.__setattr__(self, "recovery_policy", policy)
 
     @property
     def env_dict(self) -> dict[str, str]:
@@ -257,7 +266,9 @@ class JobSpec:
             "labels": dict(self.labels) or None,
             "queue_name": self.queue_name,
             "recovery_policy": (
-                None if self.recovery_policy is None else {"retry": dict(self.recovery_policy["retry"])}
+                None
+                if self.recovery_policy is None
+                else {k: dict(v) for k, v in self.recovery_policy.items()}
             ),
         }
         data.update((k, v) for k, v in optional.items() if v is not None)

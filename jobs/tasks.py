@@ -50,6 +50,26 @@ def executions_resubmit_stale() -> None:
         logger.warning("re-enqueued %d stale pending executions: %s", len(stale), stale)
 
 
+# ---------------------------------------------------------------- supervision
+
+
+@shared_task(name="jobs.tasks.supervise", ignore_result=True)
+def supervise() -> None:
+    """Beat: one supervision cycle (jobs.supervision). A cycle that finds another one running skips."""
+    from jobs import supervision
+
+    report = supervision.supervise()
+    if report.ran and (report.transitions or report.error):
+        logger.info(
+            "supervision: %d executions, %d transitions, %d API requests, %d ms%s",
+            report.executions,
+            report.transitions,
+            report.api_requests,
+            report.duration_ms,
+            f", error: {report.error}" if report.error else "",
+        )
+
+
 # ---------------------------------------------------------------- interactive sessions
 
 # A watcher looks for this long, then hands over to a fresh delivery, so a slow start never holds a worker

@@ -84,9 +84,21 @@ def _visible_job(request: HttpRequest, job_id: str) -> Job:
     return job
 
 
-def _evidence_rows(evidence: dict[str, Any]) -> list[tuple[str, str]]:
-    keys = [k for k in EVIDENCE_FIRST if k in evidence] + sorted(set(evidence) - set(EVIDENCE_FIRST))
-    return [(k, _show(evidence[k])) for k in keys]
+def _evidence_rows(evidence: list[dict[str, Any]] | dict[str, Any]) -> list[dict[str, str]]:
+    """Evidence as rows of {object, field, value, at} (an older record may hold one flat object)."""
+    if isinstance(evidence, dict):
+        keys = [k for k in EVIDENCE_FIRST if k in evidence] + sorted(set(evidence) - set(EVIDENCE_FIRST))
+        return [{"object": "", "field": k, "value": _show(evidence[k]), "at": ""} for k in keys]
+    return [
+        {
+            "object": str(item.get("object", "")),
+            "field": str(item.get("field", "")),
+            "value": _show(item.get("value")),
+            "at": str(item.get("at") or ""),
+        }
+        for item in evidence
+        if isinstance(item, dict)
+    ]
 
 
 def _show(value: Any) -> str:
@@ -106,10 +118,14 @@ def _yaml(data: Any) -> str:
 def _status_context(request: HttpRequest, job: Job) -> dict[str, Any]:
     """What the live partial needs: also what each poll re-reads."""
     active = job.state in ACTIVE_STATES
+    executions = list(job.executions.all())
+    current = next((e for e in executions if e.attempt == job.current_attempt), None)
     return {
         "job": job,
-        "evidence": _evidence_rows(job.evidence or {}),
-        "executions": job.executions.all(),
+        "evidence": _evidence_rows(job.evidence or []),
+        "executions": executions,
+        "current": current,
+        "ranks": (current.ranks if current else []) or [],
         "can_cancel": active and selectors.may_cancel(request.user, job),
         "poll": POLL_SECONDS if not job.is_terminal else None,
     }

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from dispatch_site.api import RejectUnknownFieldsMixin, StrictSerializer
 from dispatch_site.permissions import IsPlatform, IsPlatformOrReadOnly
+from jobs.serializers import RecoveryPolicySerializer
 from runtimes import selectors, services
 from runtimes.models import PublishVia, RuntimeKind, RuntimeVerdict, SiteSettings
 
@@ -227,6 +228,9 @@ class AllowListRemoveApi(APIView):
 
 class SiteSettingsSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializer):
     publish_via = serializers.ChoiceField(choices=PublishVia.values, required=False)
+    recovery_policy = RecoveryPolicySerializer(
+        required=False, help_text="the site's default recovery policy; a job's own overrides it per key"
+    )
 
     class Meta:
         model = SiteSettings
@@ -236,6 +240,7 @@ class SiteSettingsSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializ
             "publish_container",
             "label_domain",
             "trainer_version",
+            "recovery_policy",
             "updated_at",
         ]
         read_only_fields = ["updated_at"]

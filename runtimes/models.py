@@ -87,6 +87,8 @@ class SiteSettings(models.Model):
     publish_container = models.CharField(max_length=63, blank=True, default="")
     label_domain = models.CharField(max_length=253, default="dispatch.dev")
     trainer_version = models.CharField(max_length=32, default="v2.3.0")
+    # The site's recovery policy (jobs.recovery): overrides of the built-in default; a job may override it.
+    recovery_policy = models.JSONField(default=dict, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
     updated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
@@ -107,4 +109,5 @@ class SiteSettings(models.Model):
             "publish_container": self.publish_container,
             "label_domain": self.label_domain,
             "trainer_version": self.trainer_version,
+            "recovery_policy": self.recovery_policy,
         }

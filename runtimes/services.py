@@ -154,6 +154,7 @@ SETTINGS_FIELDS = (
     "publish_container",
     "label_domain",
     "trainer_version",
+    "recovery_policy",
 )
 
 
