@@ -141,6 +141,8 @@ CASES = [
         rank=1,
         evidence=[(pod(P1), "PreemptionByScheduler")],
     ),
+    # Kubelet critical-pod preemption (status.reason Preempting, TerminationByKubelet): 137 is the kill.
+    Case("preempted-kubelet-critical-pod.yaml", st.FAILED, st.PREEMPTED, rank=0),
     # Kueue preemption: no pod condition, pods deleted, TrainJob suspended: requeued, neither terminal nor
     # cancelled.
     Case(
@@ -470,6 +472,14 @@ def test_a_pod_gone_with_its_deleted_node_is_node_lost() -> None:
     status = run("memory-node-deleted-cycle2.yaml", now=at("10:06:00"), memory=cycle1.pods)
     assert (status.state, status.cause, status.rank) == (st.FAILED, st.NODE_LOST, 1)
     assert any(e["object"] == "Node gpu-node-2" for e in status.evidence)
+
+
+def test_a_preempted_event_explains_a_pod_deleted_between_two_cycles() -> None:
+    """No cycle saw the DisruptionTarget; the scheduler's event (events.k8s.io shape) names the pod."""
+    cycle1 = run("memory-node-deleted-cycle1.yaml", now=at("10:04:00"))
+    status = run("memory-preempted-event-cycle2.yaml", now=at("10:04:40"), memory=cycle1.pods)
+    assert (status.state, status.cause, status.rank) == (st.FAILED, st.PREEMPTED, 1)
+    assert has_evidence(status, pod(P1), "Preempted by pod 44d0e2a1-9b3c-4d5e-8f60-7a1b2c3d4e5f")
 
 
 def test_memory_is_json_and_carries_across_more_cycles() -> None:
