@@ -10,6 +10,7 @@ Errors are the typed ones of cluster.errors, naming "Pod namespace/name".
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import threading
@@ -128,7 +129,6 @@ def _exec_core() -> client.CoreV1Api:
 
 
 _HANDSHAKE = re.compile(r"Handshake status (\d{3})")
-_MESSAGE = re.compile(r'"message"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
 
 def translate_handshake(exc: ApiException, what: str) -> ClusterError:
@@ -140,14 +140,27 @@ def translate_handshake(exc: ApiException, what: str) -> ClusterError:
         return translate(exc, what)
     text = str(exc.reason or "")
     status_match = _HANDSHAKE.search(text)
-    message_match = _MESSAGE.search(text)
-    message = json.loads(f'"{message_match.group(1)}"') if message_match else text
     status = int(status_match.group(1)) if status_match else 0
+    message = _status_message(text) or text
     if status == 404:
         return NotFound(what, message, status=status)
     if 400 <= status < 500 and status != 429:
         return Rejected(what, message, status=status)
     return ClusterUnavailable(what, f"exec failed: {message}" if message else "exec failed", status=status)
+
+
+def _status_message(text: str) -> str:
+    """The API server's Status message from a handshake failure's text: "Handshake status 404 Not Found
+    -+-+- {headers} -+-+- b'{...Status JSON...}'". "" when there is none to read."""
+    start = max(text.rfind("b'"), text.rfind('b"'))
+    if start < 0:
+        return ""
+    try:
+        body = ast.literal_eval(text[start:].strip())
+        status = json.loads(body)
+    except (ValueError, SyntaxError, TypeError):
+        return ""
+    return str(status.get("message", "")) if isinstance(status, dict) else ""
 
 
 def parse_exec_status(text: str) -> tuple[int | None, str]:

@@ -374,7 +374,10 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
         _own_copy(made_copy, made_job)
     except ClusterError as exc:
         message = f"could not create the session's objects: {exc.target}: {exc.message}"
-        _delete_objects(session, site.label_domain)
+        try:
+            _delete_objects(session, site.label_domain)
+        except ClusterError as cleanup:
+            message += f" (what was created could not be deleted yet: {cleanup}; closing the session does)"
         _set_state(session, {SessionState.STARTING}, SessionState.FAILED, message=message)
         session.refresh_from_db()
         raise SessionCreateFailed(session, message, transient=exc.transient) from None
@@ -633,16 +636,19 @@ def session_close(*, actor: User, session: Session) -> Session:
 
 
 def _delete_objects(session: Session, label_domain: str) -> tuple[bool, bool]:
-    """Delete the session's TrainJob and runtime copy when they are ours; (TrainJob present, copy present)
-    as seen before deleting."""
-    present = []
-    for kind in (TRAINJOB, TRAINING_RUNTIME):
-        obj = gateway.get_namespaced(kind, session.namespace, session.name)
-        mine = obj is not None and _ours(obj, label_domain, session.id)
-        if mine and obj is not None and not (obj.get("metadata") or {}).get("deletionTimestamp"):
-            gateway.delete_namespaced(kind, session.namespace, session.name)
-        present.append(mine)
-    return present[0], present[1]
+    """Delete the session's TrainJob, and its runtime copy once the TrainJob is gone (the Trainer's webhook
+    refuses to let go of a TrainJob whose runtime is gone first; the garbage collector usually takes the
+    copy with its owner). Only objects labelled with this session's id are touched. Returns whether the
+    TrainJob and the copy were still there."""
+    trainjob = gateway.get_namespaced(TRAINJOB, session.namespace, session.name)
+    has_job = trainjob is not None and _ours(trainjob, label_domain, session.id)
+    if has_job and trainjob is not None and not (trainjob.get("metadata") or {}).get("deletionTimestamp"):
+        gateway.delete_namespaced(TRAINJOB, session.namespace, session.name)
+    copy = gateway.get_namespaced(TRAINING_RUNTIME, session.namespace, session.name)
+    has_copy = copy is not None and _ours(copy, label_domain, session.id)
+    if has_copy and not has_job:
+        gateway.delete_namespaced(TRAINING_RUNTIME, session.namespace, session.name)
+    return has_job, has_copy
 
 
 def session_close_observe(*, session_id: str) -> Session | None:

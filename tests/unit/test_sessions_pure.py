@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes.client.exceptions import ApiException
 
-from cluster.exec import PodInfo, parse_exec_status
+from cluster.errors import ClusterUnavailable, NotFound, Rejected
+from cluster.exec import PodInfo, parse_exec_status, translate_handshake
 from jobs.sessions import command_argv, pick_trainer_pod, session_runtime_check
 from runtimes.rules import AllowListMiss
 
@@ -131,3 +133,20 @@ def test_a_string_runs_with_sh_c_and_a_list_as_it_is() -> None:
     argv = ["echo", "a b"]
     assert command_argv(argv) == ["echo", "a b"]
     assert command_argv(copy.copy(argv)) is not argv
+
+
+def test_a_refused_exec_handshake_becomes_the_typed_error_with_the_api_servers_message() -> None:
+    body = (
+        b'{"kind":"Status","status":"Failure","message":"pods \\"gone\\" not found",'
+        b'"reason":"NotFound","code":404}'
+    )
+    reason = f"Handshake status 404 Not Found -+-+- {{'audit-id': 'x'}} -+-+- {body!r}"
+    error = translate_handshake(ApiException(status=0, reason=reason), "Pod ns/gone")
+    assert isinstance(error, NotFound)
+    assert (error.target, error.message, error.status) == ("Pod ns/gone", 'pods "gone" not found', 404)
+    refused = translate_handshake(
+        ApiException(status=0, reason=reason.replace("404 Not Found", "400 Bad Request")), "Pod ns/p"
+    )
+    assert isinstance(refused, Rejected)
+    down = translate_handshake(ApiException(status=0, reason="[Errno 111] Connection refused"), "Pod ns/p")
+    assert isinstance(down, ClusterUnavailable) and "Connection refused" in down.message
