@@ -193,8 +193,50 @@ def _cycle(report: CycleReport, tombstones: Iterable[Mapping[str, Any]]) -> None
         return
     report.api_requests = gateway.requests_made.total - before
 
-    keys = {(e.job_id, e.attempt) for e in executions}
-    names = {f"{e.job.namespace}/{e.trainjob_name}": (e.job_id, e.attempt) for e in executions}
+    watched = [
+        Watched(
+            key=(e.job_id, e.attempt),
+            namespace=e.job.namespace,
+            trainjob_name=e.trainjob_name,
+            memory=dict(e.pods_seen or {}),
+            identity_warned=bool(e.job.identity_warnings),
+        )
+        for e in executions
+    ]
+    derive_started = time.monotonic()
+    statuses = derive_all(
+        observed, watched, domain=domain, now=timezone.now(), thresholds=_thresholds(), tombstones=tombstones
+    )
+    report.derive_ms = (time.monotonic() - derive_started) * 1000
+    for execution in executions:
+        if apply_status(execution_id=execution.pk, status=statuses[(execution.job_id, execution.attempt)]):
+            report.transitions += 1
+            report.changed.append(execution.job_id)
+
+
+@dataclass(frozen=True)
+class Watched:
+    """What a cycle knows of one execution before it reads the cluster."""
+
+    key: tuple[str, int]  # (job id, attempt)
+    namespace: str
+    trainjob_name: str
+    memory: dict[str, Any]  # pods seen by earlier cycles (Execution.pods_seen)
+    identity_warned: bool
+
+
+def derive_all(
+    observed: gateway.Observed,
+    watched: list[Watched],
+    *,
+    domain: str,
+    now: datetime,
+    thresholds: Thresholds,
+    tombstones: Iterable[Mapping[str, Any]] = (),
+) -> dict[tuple[str, int], DerivedStatus]:
+    """Every watched execution's status from one cycle's reads. Pure; linear in the objects read."""
+    keys = {w.key for w in watched}
+    names = {f"{w.namespace}/{w.trainjob_name}": w.key for w in watched}
     grouped = group_objects(observed, domain, keys, names)
     nodes = {str((n.get("metadata") or {}).get("name", "")): n for n in observed.nodes}
     dead: dict[tuple[str, int], dict[str, Any]] = {}
@@ -203,31 +245,25 @@ def _cycle(report: CycleReport, tombstones: Iterable[Mapping[str, Any]]) -> None
         if key in grouped:
             condensed = condense_pod(pod, domain)
             dead.setdefault(key, {})[condensed["uid"]] = condensed
-
-    now = timezone.now()
-    thresholds = _thresholds()
-    derive_started = time.monotonic()
-    for execution in executions:
-        key = (execution.job_id, execution.attempt)
-        objects = grouped[key]
-        memory = dict(execution.pods_seen or {})
-        for uid, pod in dead.get(key, {}).items():
-            memory[uid] = (
-                {**pod, "gone": None} if uid not in memory or not memory[uid].get("gone") else memory[uid]
-            )
+    statuses = {}
+    for item in watched:
+        objects = grouped[item.key]
+        memory = dict(item.memory)
+        for uid, pod in dead.get(item.key, {}).items():
+            # A watched deletion carries the pod's last state (its DisruptionTarget): it wins over what the
+            # previous cycle saw, unless that cycle already knew the pod was gone.
+            if uid not in memory or not memory[uid].get("gone"):
+                memory[uid] = pod
         objects = objects + _nodes_for(objects, memory, nodes)
         ctx = Context(
             now=now,
             label_domain=domain,
-            attempt=execution.attempt,
-            identity_warned=bool(execution.job.identity_warnings),
+            attempt=item.key[1],
+            identity_warned=item.identity_warned,
             thresholds=thresholds,
         )
-        status = derive(objects, ctx, memory)
-        if apply_status(execution_id=execution.pk, status=status):
-            report.transitions += 1
-            report.changed.append(execution.job_id)
-    report.derive_ms = (time.monotonic() - derive_started) * 1000
+        statuses[item.key] = derive(objects, ctx, memory)
+    return statuses
 
 
 def _digest(status: DerivedStatus) -> str:

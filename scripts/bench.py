@@ -9,6 +9,8 @@
      the bench's jobs and queued messages are removed afterwards.
    - a session execute through dispatch / the same exec with kubernetes.stream directly, p50 and p95,
      target <= 1.5 (scripts/bench_sessions.py).
+3. Supervision (scripts/bench_supervision.py): API requests per cycle with 10/100/1,000 jobs (<= 6, the same
+   for all), one cycle's derivation for 5,000 / 50 executions (<= 120), pod failure -> state change latency.
 The report is printed and written to var/bench/report.md.
 """
 
@@ -201,6 +203,10 @@ def server_bench() -> list[dict[str, Any]]:
 
         log("session execute: through dispatch vs a direct kubernetes.stream call ...")
         rows.append({"name": "session-exec", **sessions_run(base, token, kubeconfig, BENCH_NAMESPACE)})
+        from scripts.bench_supervision import run as supervision_run
+
+        log("supervision: requests per cycle (10/100/1000 jobs), derivation scaling, failure latency ...")
+        rows.append({"name": "supervision", **supervision_run(kubeconfig)})
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -229,7 +235,8 @@ def main() -> None:
         )
     rows = server_bench()
     session_exec = next(r for r in rows if r["name"] == "session-exec")
-    rows = [r for r in rows if r["name"] != "session-exec"]
+    supervision = next(r for r in rows if r["name"] == "supervision")
+    rows = [r for r in rows if r["name"] not in ("session-exec", "supervision")]
     by_name: dict[str, dict[str, Any]] = {}
     for row in rows:
         if row["name"] not in by_name or row["rps"] > by_name[row["name"]]["rps"]:
@@ -265,6 +272,9 @@ def main() -> None:
     from scripts.bench_sessions import report_lines
 
     lines += report_lines(session_exec)
+    from scripts.bench_supervision import report_lines as supervision_lines
+
+    lines += supervision_lines(supervision)
     report = "\n".join(lines) + "\n"
     out = REPO / "var" / "bench"
     out.mkdir(parents=True, exist_ok=True)
