@@ -34,8 +34,6 @@ from dispatch_site.audit import audit_record
 from jobs.models import SESSION_NAME_HOLDERS, Session, SessionExec, SessionState
 from jobs.plan import (
     LAUNCHER,
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
     build_train_job,
     build_training_runtime,
     start_reasons,
@@ -56,7 +54,7 @@ from runtimes.rules import (
     find_trainer_job,
     not_allowed_message,
 )
-from runtimes.selectors import allow_list_entry
+from runtimes.selectors import allow_list_entry, get_runtime
 
 logger = logging.getLogger(__name__)
 
@@ -308,7 +306,7 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
     miss = allow_list_miss(entry, list_empty=entry is None and not AllowListEntry.objects.exists())
     ref_text = runtime_ref(kind, runtime_namespace, ref.name)
     try:
-        found = gateway.get_runtime(kind, runtime_namespace, ref.name)
+        found = get_runtime(kind, runtime_namespace, ref.name)  # never one of dispatch's own copies
     except ClusterError:
         if miss is None:
             raise
@@ -316,11 +314,6 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
         reason = Reason(RUNTIME_NOT_ALLOWED, not_allowed_message(ref_text, miss), "metadata.name")
         raise _refused(owner, ref_text, request.namespace, [reason]) from None
     body = found.body if found is not None else None
-    if (
-        body is not None
-        and (body.get("metadata") or {}).get("labels", {}).get(MANAGED_BY_LABEL) == MANAGED_BY
-    ):
-        body = None  # dispatch's own per-job copy is nobody's runtime
     reasons, trainer_job = session_runtime_check(body, miss=miss, ref=ref_text)
     site = SiteSettings.load()
     spec = session_spec(request)
