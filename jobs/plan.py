@@ -19,6 +19,7 @@ from jobs.naming import POD_NAME_LIMIT, pod_names, runtime_copy_name, trainjob_n
 from jobs.spec import CLUSTER_TRAINING_RUNTIME, JobSpec
 from runtimes.rules import (
     PUBLISH_INIT_CONTAINER,
+    AllowListMiss,
     Capability,
     Reason,
     SiteRules,
@@ -427,7 +428,7 @@ def build_plan(
     spec: JobSpec,
     runtime: Mapping[str, Any] | None,
     rules: SiteRules,
-    allow_listed: bool | None,
+    allow_listed: bool | AllowListMiss | None,
     namespace_granted: bool,
     job_id: str,
     attempt: int,

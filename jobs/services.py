@@ -26,7 +26,8 @@ from jobs.models import ACTIVE_STATES, Cause, Execution, Job, JobEvent, JobState
 from jobs.naming import new_job_id, trainjob_name
 from jobs.plan import Plan, build_plan
 from jobs.spec import JobSpec
-from runtimes.models import SiteSettings
+from runtimes.models import AllowListEntry, SiteSettings
+from runtimes.rules import AllowListMiss
 from runtimes.selectors import allow_list_entry, get_runtime, site_rules
 
 logger = logging.getLogger(__name__)
@@ -83,11 +84,19 @@ def job_plan(
     kind, namespace, name = _runtime_key(spec)
     entry = allow_list_entry(kind, namespace, name, max_age=runtime_max_age)
     runtime = get_runtime(kind, namespace, name, max_age=runtime_max_age)  # never a dispatch copy
+    allowed: bool | AllowListMiss = True
+    if entry is None or not entry.for_jobs:
+        # Refused: say why (an empty list, or listed for sessions only) so nobody has to guess.
+        allowed = AllowListMiss(
+            purpose="jobs",
+            list_empty=entry is None and not AllowListEntry.objects.exists(),
+            listed_for=tuple(entry.purposes) if entry else (),
+        )
     plan = build_plan(
         spec=spec,
         runtime=runtime.body if runtime else None,
         rules=site_rules(site),
-        allow_listed=entry is not None and entry.for_jobs,
+        allow_listed=allowed,
         namespace_granted=namespace_granted,
         job_id=job_id or new_job_id(),
         attempt=attempt,
@@ -257,7 +266,13 @@ def execution_submit(*, execution_id: int) -> None:
             return
         assert plan.training_runtime is not None and plan.train_job is not None
         copy = _create_or_adopt(TRAINING_RUNTIME, plan.training_runtime, site.label_domain, job.id)
-        trainjob = _create_or_adopt(TRAINJOB, plan.train_job, site.label_domain, job.id)
+        try:
+            trainjob = _create_or_adopt(TRAINJOB, plan.train_job, site.label_domain, job.id)
+        except Rejected as exc:
+            if _copy_not_seen_yet(exc):
+                # The copy exists (created or adopted just above): the Trainer has not seen it yet.
+                raise TransientSubmitError(str(exc)) from exc
+            raise
         _own_copy(copy, trainjob)
     except Rejected as exc:
         _fail_config(job, execution, exc)
@@ -273,6 +288,8 @@ def execution_submit(*, execution_id: int) -> None:
         return
 
     now = timezone.now()
+    # The job shows the identity warnings of the runtime that actually ran: the one judged just now.
+    warnings = list(plan.identity_warnings)
     with transaction.atomic():
         Execution.objects.filter(pk=execution.pk, state=JobState.PENDING).update(
             state=JobState.QUEUED, submitted_at=now
@@ -284,8 +301,18 @@ def execution_submit(*, execution_id: int) -> None:
             current_attempt=execution.attempt,
             plan=plan.to_dict(),
             runtime_snapshot=runtime.body if runtime else None,
+            identity_warnings=warnings,
             message=f"TrainJob {job.namespace}/{execution.trainjob_name} created",
         )
+        if moved and warnings != list(job.identity_warnings or []):
+            _event(
+                job,
+                "identity-warnings",
+                _warnings_changed(warnings),
+                execution.attempt,
+                before=list(job.identity_warnings or []),
+                after=warnings,
+            )
         if moved:
             _event(
                 job,
@@ -296,6 +323,24 @@ def execution_submit(*, execution_id: int) -> None:
     if not moved:
         # Cancelled while we were creating: take down what we just made.
         _delete_execution_objects(job, execution)
+
+
+# The Trainer's TrainJob webhook reads runtimes through its informer cache, which can lag right after the
+# copy was created; it then denies the TrainJob with "<err>: specified trainingRuntime must be created
+# before the TrainJob is created", <err> being 'TrainingRuntime.trainer.kubeflow.org "<name>" not found'.
+_COPY_NOT_SEEN = ("must be created before the trainjob", "trainingruntime")
+
+
+def _copy_not_seen_yet(exc: Rejected) -> bool:
+    """Is this the Trainer webhook's denial for a runtime copy it has not seen yet (worth a retry)?"""
+    message = exc.message.lower()
+    return _COPY_NOT_SEEN[0] in message or (_COPY_NOT_SEEN[1] in message and "not found" in message)
+
+
+def _warnings_changed(warnings: list[str]) -> str:
+    if not warnings:
+        return "judged at start, the runtime no longer gives the identity warning shown at submission"
+    return "judged at start, the runtime gives identity warnings: " + "; ".join(warnings)
 
 
 def _own_copy(copy: dict[str, Any], trainjob: dict[str, Any]) -> None:
