@@ -90,7 +90,23 @@ class Job(models.Model):
                 name="job_unique_idempotency_key_per_owner",
             ),
         ]
-        indexes = [models.Index(fields=["runtime_kind", "runtime_namespace", "runtime_name"])]
+        indexes = [
+            models.Index(fields=["runtime_kind", "runtime_namespace", "runtime_name"]),
+            # The dashboard's job list (jobs.selectors): newest first, keyset-paginated on (created_at, id),
+            # one index per filter so the first page reads 51 index entries however many jobs there are.
+            models.Index(fields=["-created_at", "-id"], name="job_list_newest"),
+            models.Index(fields=["state", "-created_at", "-id"], name="job_list_state"),
+            models.Index(fields=["state", "cause", "-created_at", "-id"], name="job_list_state_cause"),
+            models.Index(fields=["cause", "-created_at", "-id"], name="job_list_cause"),
+            models.Index(fields=["namespace", "-created_at", "-id"], name="job_list_namespace"),
+            models.Index(fields=["owner", "-created_at", "-id"], name="job_list_owner"),
+            models.Index(fields=["runtime_name", "-created_at", "-id"], name="job_list_runtime"),
+            models.Index(
+                fields=["-created_at", "-id"],
+                name="job_list_identity_warned",
+                condition=~Q(identity_warnings=[]),
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.id
