@@ -29,7 +29,7 @@ from tests.cluster.dispatch_fixtures import wait_for
 pytestmark = [pytest.mark.cluster]
 
 BASE = REPO / "deploy" / "base"
-DEPLOYMENTS = {"dispatch-web": 2, "dispatch-worker": 2, "dispatch-beat": 1}
+DEPLOYMENTS = {"dispatch-web": 2, "dispatch-worker": 2, "dispatch-beat": 1, "dispatch-supervisor": 1}
 
 
 @pytest.fixture
@@ -256,6 +256,10 @@ def test_the_account_may_do_what_dispatch_does_in_a_granted_namespace(
     [
         ("list", "clustertrainingruntimes.trainer.kubeflow.org"),
         ("list", "trainingruntimes.trainer.kubeflow.org", "--all-namespaces"),
+        ("list", "trainjobs.trainer.kubeflow.org", "--all-namespaces"),
+        ("list", "jobsets.jobset.x-k8s.io", "--all-namespaces"),
+        ("list", "jobs.batch", "--all-namespaces"),
+        ("watch", "pods", "--all-namespaces"),
         ("watch", "nodes"),
         ("watch", "events", "--all-namespaces"),
     ],
@@ -292,10 +296,11 @@ def test_the_account_may_not_touch_anything_else_in_a_granted_namespace(
     "args",
     [
         ("create", "trainjobs.trainer.kubeflow.org"),
-        ("list", "trainjobs.trainer.kubeflow.org"),
         ("delete", "trainingruntimes.trainer.kubeflow.org"),
         ("get", "pods"),
+        ("get", "pods", "--subresource=log"),
         ("create", "pods", "--subresource=exec"),
+        ("patch", "trainjobs.trainer.kubeflow.org"),
     ],
 )
 def test_the_account_may_not_touch_a_namespace_it_was_not_granted(
