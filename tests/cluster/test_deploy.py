@@ -94,7 +94,8 @@ def test_the_overlay_points_the_guard_and_the_bindings_at_dispatchs_namespace(
 
 
 def _available(kube: Any, namespace: str, name: str, replicas: int) -> bool:
-    status = client.AppsV1Api(kube.api_client).read_namespaced_deployment(name, namespace).status
+    apps: Any = client.AppsV1Api(kube.api_client)
+    status = apps.read_namespaced_deployment(name, namespace).status
     available = any(c.type == "Available" and c.status == "True" for c in status.conditions or [])
     return bool(
         available
@@ -105,9 +106,10 @@ def _available(kube: Any, namespace: str, name: str, replicas: int) -> bool:
 
 
 def _pods(kube: Any, namespace: str, component: str) -> list[Any]:
-    return kube.core.list_namespaced_pod(
+    pods: list[Any] = kube.core.list_namespaced_pod(
         namespace, label_selector=f"app.kubernetes.io/component={component}"
-    ).items  # type: ignore[no-any-return]
+    ).items
+    return pods
 
 
 def test_the_workloads_become_available_under_restricted_pod_security_and_scale(
@@ -144,23 +146,17 @@ def test_the_workloads_become_available_under_restricted_pod_security_and_scale(
     assert result.returncode == 0, result.stderr
     assert "Warning" not in result.stderr, result.stderr  # PodSecurity warns on a violating Deployment
 
-    for name, replicas in DEPLOYMENTS.items():
-        wait_for(
-            lambda n=name, r=replicas: _available(kube, namespace, n, r),
-            timeout=120,
-            what=f"{name} Available",
-        )
-    job = wait_for(
-        lambda: (
-            lambda j: (
-                j
-                if any(c.type == "Complete" and c.status == "True" for c in j.status.conditions or [])
-                else None
-            )
-        )(kube.batch.read_namespaced_job("dispatch-migrate", namespace)),
-        timeout=60,
-        what="the migration Job Complete",
-    )
+    def all_available() -> bool:
+        return all(_available(kube, namespace, name, replicas) for name, replicas in DEPLOYMENTS.items())
+
+    wait_for(all_available, timeout=180, what=f"{', '.join(DEPLOYMENTS)} Available")
+
+    def migrated() -> Any:
+        job = kube.batch.read_namespaced_job("dispatch-migrate", namespace)
+        done = any(c.type == "Complete" and c.status == "True" for c in job.status.conditions or [])
+        return job if done else None
+
+    job = wait_for(migrated, timeout=60, what="the migration Job Complete")
     assert job.status.succeeded == 1
     for pod in _pods(kube, namespace, "web"):
         assert pod.spec.service_account_name == "dispatch"
@@ -169,11 +165,14 @@ def test_the_workloads_become_available_under_restricted_pod_security_and_scale(
     # Web scales horizontally; its PodDisruptionBudget keeps one serving.
     kubectl("scale", "deployment/dispatch-web", "--replicas=3", "-n", namespace, kubeconfig=kubeconfig)
     wait_for(lambda: _available(kube, namespace, "dispatch-web", 3), timeout=120, what="three web replicas")
-    policy = client.PolicyV1Api(kube.api_client)
+    policy: Any = client.PolicyV1Api(kube.api_client)
+
+    def budget_counts_three() -> bool:
+        status = policy.read_namespaced_pod_disruption_budget("dispatch-web", namespace).status
+        return bool(status.current_healthy == 3 and status.disruptions_allowed == 2)
+
     wait_for(
-        lambda: (lambda s: s.current_healthy == 3 and s.disruptions_allowed == 2)(
-            policy.read_namespaced_pod_disruption_budget("dispatch-web", namespace).status
-        ),
+        budget_counts_three,
         timeout=60,
         what="the PDB to count three healthy web pods, two of which may be disrupted",
     )
@@ -191,7 +190,9 @@ def test_beat_is_replaced_without_ever_running_twice(
                 "kind": "Kustomization",
                 "namespace": namespace,
                 "resources": [str(BASE)],
-                "secretGenerator": [{"name": "dispatch-secrets", "literals": ["SECRET_KEY=x" * 3]}],
+                "secretGenerator": [
+                    {"name": "dispatch-secrets", "literals": [f"SECRET_KEY={uuid.uuid4().hex}"]}
+                ],
             }
         )
     )
