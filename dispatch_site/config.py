@@ -37,6 +37,16 @@ class Config:
     kubeconfig: str  # "" means in-cluster configuration
     log_level: str
     kube_timeout_seconds: float
+    api_token_ttl_days: int = 90
+    # Throttle rates "N/period" (period s, m, h or d) or None for no limit.
+    login_rate_user: str | None = "10/m"
+    login_rate_address: str | None = "30/m"
+    api_rate_user: str | None = "3000/m"
+    num_proxies: int = 0
+    secure_ssl_redirect: bool = False
+    secure_proxy_ssl_header: tuple[str, str] | None = None
+    hsts_seconds: int = 0
+    readyz_detail_addresses: tuple[str, ...] = ("127.0.0.1", "::1")
 
 
 def _parse_bool(name: str, raw: str) -> bool:
@@ -46,6 +56,44 @@ def _parse_bool(name: str, raw: str) -> bool:
     if value in FALSE_WORDS:
         return False
     raise ConfigError(f"{name}={raw!r} is not a boolean (use one of: 1, 0, true, false, yes, no)")
+
+
+RATE_PERIODS = ("s", "m", "h", "d")
+OFF_WORDS = ("off", "none", "0")
+
+
+def _parse_rate(name: str, raw: str) -> str | None:
+    """A throttle rate: "N/period" with period s, m, h or d (or second, minute, hour, day); "off" for none."""
+    value = raw.strip().lower()
+    if value in OFF_WORDS:
+        return None
+    count, _, period = value.partition("/")
+    if not count.isdigit() or int(count) < 1 or not period or period[0] not in RATE_PERIODS:
+        raise ConfigError(f"{name}={raw!r} is not a rate: use N/s, N/m, N/h or N/d (e.g. 10/m), or off")
+    return f"{int(count)}/{period[0]}"
+
+
+def _parse_int(name: str, raw: str, minimum: int) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a whole number") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={raw!r} must be at least {minimum}")
+    return value
+
+
+def _parse_proxy_ssl_header(raw: str) -> tuple[str, str] | None:
+    """SECURE_PROXY_SSL_HEADER as "Header-Name=value", e.g. X-Forwarded-Proto=https; empty for none."""
+    if not raw.strip():
+        return None
+    header, sep, value = raw.partition("=")
+    header, value = header.strip(), value.strip()
+    if not sep or not header or not value:
+        raise ConfigError(
+            f"SECURE_PROXY_SSL_HEADER={raw!r} must be Header-Name=value, e.g. X-Forwarded-Proto=https"
+        )
+    return "HTTP_" + header.upper().replace("-", "_"), value
 
 
 def _parse_database(url: str) -> dict[str, Any]:
@@ -134,6 +182,21 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
     if kube_timeout <= 0:
         raise ConfigError(f"KUBE_TIMEOUT_SECONDS={timeout_raw!r} must be positive")
 
+    api_token_ttl_days = _parse_int("API_TOKEN_TTL_DAYS", env.get("API_TOKEN_TTL_DAYS", "90"), 1)
+    login_rate_user = _parse_rate("THROTTLE_LOGIN_USER", env.get("THROTTLE_LOGIN_USER", "10/m"))
+    login_rate_address = _parse_rate("THROTTLE_LOGIN_ADDRESS", env.get("THROTTLE_LOGIN_ADDRESS", "30/m"))
+    api_rate_user = _parse_rate("THROTTLE_API_USER", env.get("THROTTLE_API_USER", "3000/m"))
+    num_proxies = _parse_int("NUM_PROXIES", env.get("NUM_PROXIES", "0"), 0)
+    proxy_ssl_header = _parse_proxy_ssl_header(env.get("SECURE_PROXY_SSL_HEADER", ""))
+    ssl_redirect = _parse_bool(
+        "SECURE_SSL_REDIRECT", env.get("SECURE_SSL_REDIRECT", "false" if debug else "true")
+    )
+    hsts_seconds = _parse_int(
+        "SECURE_HSTS_SECONDS", env.get("SECURE_HSTS_SECONDS", "0" if debug else "31536000"), 0
+    )
+    readyz_raw = env.get("READYZ_DETAIL_ADDRESSES", "127.0.0.1,::1")
+    readyz_detail_addresses = tuple(a.strip() for a in readyz_raw.split(",") if a.strip())
+
     return Config(
         debug=debug,
         secret_key=secret_key,
@@ -144,4 +207,13 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
         kubeconfig=kubeconfig,
         log_level=log_level,
         kube_timeout_seconds=kube_timeout,
+        api_token_ttl_days=api_token_ttl_days,
+        login_rate_user=login_rate_user,
+        login_rate_address=login_rate_address,
+        api_rate_user=api_rate_user,
+        num_proxies=num_proxies,
+        secure_ssl_redirect=ssl_redirect,
+        secure_proxy_ssl_header=proxy_ssl_header,
+        hsts_seconds=hsts_seconds,
+        readyz_detail_addresses=readyz_detail_addresses,
     )

@@ -1,7 +1,13 @@
-"""/healthz says the process is up; /readyz checks each dependency and names its error."""
+"""/healthz says the process is up; /readyz checks each dependency.
+
+/readyz answers 200 or 503 to anyone (probes need no credentials), but names each dependency and its error
+only to the platform role (session or API token) or a caller on READYZ_DETAIL_ADDRESSES (127.0.0.1 and ::1:
+the node's own probes and an operator on the host). Errors are always logged.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import redis
@@ -10,6 +16,11 @@ from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+from rest_framework.exceptions import AuthenticationFailed
+
+from dispatch_site import roles
+
+logger = logging.getLogger(__name__)
 
 
 def _one_line(exc: Exception) -> str:
@@ -53,11 +64,32 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+def _may_see_details(request: HttpRequest) -> bool:
+    if request.META.get("REMOTE_ADDR", "") in settings.READYZ_DETAIL_ADDRESSES:
+        return True
+    from dispatch_site.auth import TokenAuthentication
+
+    try:
+        if roles.is_platform(request.user):
+            return True
+        authenticated = TokenAuthentication().authenticate(request)  # type: ignore[arg-type]
+    except AuthenticationFailed:
+        return False
+    except Exception:  # the database is down: nobody can be recognised, so no details
+        logger.exception("readyz: could not tell who is asking")
+        return False
+    return authenticated is not None and roles.is_platform(authenticated[0])
+
+
 @never_cache
 @require_GET
 def readyz(request: HttpRequest) -> JsonResponse:
     checks = {"database": check_database(), "redis": check_redis(), "kubernetes": check_kubernetes()}
     ready = all(c["ok"] for c in checks.values())
-    return JsonResponse(
-        {"status": "ready" if ready else "not ready", "checks": checks}, status=200 if ready else 503
-    )
+    for name, check in checks.items():
+        if not check["ok"]:
+            logger.error("readyz: %s is down: %s", name, check["error"])
+    body: dict[str, Any] = {"status": "ready" if ready else "not ready"}
+    if _may_see_details(request):
+        body["checks"] = checks
+    return JsonResponse(body, status=200 if ready else 503)

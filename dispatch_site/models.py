@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import models
 from django.db.models import Q
+from knox.models import AbstractAuthToken
+from knox.settings import CONSTANTS
 
 
 class NamespaceGrant(models.Model):
@@ -62,3 +66,23 @@ class AuditEvent(models.Model):
         return (
             f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.object_type}/{self.object_id}"
         )
+
+
+class ApiToken(AbstractAuthToken):
+    """An API token, stored as its SHA-512 digest (django-rest-knox): the database never holds the token.
+
+    Several per user, each with a name and an expiry; revoking deletes it. `token_key` is the token's first
+    15 characters, knox's lookup index (the rest, 196 random bits, is only ever hashed).
+    """
+
+    # knox makes the digest the primary key; a plain id keeps it out of URLs and pages.
+    id: models.BigAutoField[int, int] = models.BigAutoField(primary_key=True)
+    digest: models.CharField[str, str] = models.CharField(max_length=CONSTANTS.DIGEST_LENGTH, unique=True)
+    name: models.CharField[str, str] = models.CharField(max_length=100)
+    last_used_at: models.DateTimeField[Any, Any] = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.user} / {self.name}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from celery.schedules import crontab
 
 from dispatch_site.config import BASE_DIR, VAR_DIR, load_config
@@ -24,7 +26,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
@@ -65,7 +67,10 @@ TEMPLATES = [
 ]
 
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 12}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard:jobs"
@@ -90,6 +95,40 @@ if not DEBUG:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_CONTENT_TYPE_NOSNIFF = True
+    X_FRAME_OPTIONS = "DENY"
+# Behind a TLS-terminating proxy: the header (and value) that proxy sets, e.g. X-Forwarded-Proto=https.
+SECURE_PROXY_SSL_HEADER = CONFIG.secure_proxy_ssl_header
+SECURE_SSL_REDIRECT = CONFIG.secure_ssl_redirect
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]  # probes from the kubelet speak plain HTTP
+SECURE_HSTS_SECONDS = CONFIG.hsts_seconds
+SECURE_HSTS_INCLUDE_SUBDOMAINS = CONFIG.hsts_seconds > 0
+SECURE_HSTS_PRELOAD = CONFIG.hsts_seconds > 0
+
+# API tokens: django-rest-knox, stored as digests in dispatch_site.ApiToken.
+KNOX_TOKEN_MODEL = "dispatch_site.ApiToken"
+REST_KNOX = {
+    "TOKEN_MODEL": KNOX_TOKEN_MODEL,
+    "TOKEN_TTL": timedelta(days=CONFIG.api_token_ttl_days),
+    "AUTH_HEADER_PREFIX": "Token",
+}
+API_TOKEN_TTL_DAYS = CONFIG.api_token_ttl_days
+
+# Throttles (dispatch_site.throttles) count in Redis through this cache.
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "throttle": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "dispatch-throttle",
+        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+    },
+}
+THROTTLE_RATES = {
+    "login-user": CONFIG.login_rate_user,
+    "login-address": CONFIG.login_rate_address,
+    "api-user": CONFIG.api_rate_user,
+}
+READYZ_DETAIL_ADDRESSES = CONFIG.readyz_detail_addresses
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -102,6 +141,10 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "dispatch_site.api.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "DEFAULT_THROTTLE_CLASSES": ["dispatch_site.throttles.ApiUserThrottle"],
+    # The client address throttles count by: REMOTE_ADDR, or with N proxies in front the Nth
+    # X-Forwarded-For entry from the right (never a value the client alone chose).
+    "NUM_PROXIES": CONFIG.num_proxies,
 }
 
 SPECTACULAR_SETTINGS = {

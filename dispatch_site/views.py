@@ -1,25 +1,32 @@
-"""Who am I, and the audit log (API and page)."""
+"""Who am I, the audit log (API and page), API tokens (API and page), and the throttled login page."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from drf_spectacular.utils import extend_schema
-from rest_framework import serializers
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from dispatch_site import roles
-from dispatch_site.models import AuditEvent
+from dispatch_site import roles, selectors, services
+from dispatch_site.api import StrictSerializer
+from dispatch_site.models import ApiToken, AuditEvent
 from dispatch_site.permissions import IsPlatform
+from dispatch_site.throttles import login_retry_after
 
 
 class MeApi(APIView):
@@ -88,3 +95,139 @@ def audit_page(request: HttpRequest) -> HttpResponse:
         events = events.filter(object_id=request.GET["object_id"])
     page = Paginator(events, 100).get_page(request.GET.get("page"))
     return render(request, "dashboard/audit.html", {"page": page})
+
+
+class LoginView(auth_views.LoginView):
+    """Django's login page, with attempts throttled per username and per client address: 429 + Retry-After."""
+
+    redirect_authenticated_user = True
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        wait = login_retry_after(request)
+        if wait is not None:
+            context = self.get_context_data(form=self.get_form_class()(request), throttled_for=wait)
+            response = self.render_to_response(context, status=429)
+            response["Retry-After"] = str(wait)
+            return response
+        return super().post(request, *args, **kwargs)
+
+
+# ---------------------------------------------------------------- API tokens
+
+
+class TokenSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    user = serializers.CharField(source="user.username")
+    created_at = serializers.DateTimeField(source="created")
+    expires_at = serializers.DateTimeField(source="expiry", allow_null=True)
+    last_used_at = serializers.DateTimeField(allow_null=True)
+    url = serializers.SerializerMethodField()
+
+    def get_url(self, token: ApiToken) -> str:
+        return f"/api/v1/tokens/{token.pk}"
+
+
+class NewTokenSerializer(TokenSerializer):
+    token = serializers.CharField(help_text="the token itself: shown this once, stored only as a digest")
+
+
+class TokenInputSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=100)
+    expires_in_days = serializers.IntegerField(
+        min_value=1,
+        max_value=services.MAX_TOKEN_TTL_DAYS,
+        required=False,
+        help_text="default API_TOKEN_TTL_DAYS",
+    )
+
+
+class TokenListCreateApi(APIView):
+    @extend_schema(
+        operation_id="tokens_list",
+        parameters=[
+            OpenApiParameter("owner", str, required=False, description="platform role: whose tokens")
+        ],
+        responses=TokenSerializer(many=True),
+        summary="Your API tokens (the platform role: everybody's), never the tokens themselves",
+    )
+    def get(self, request: Request) -> Response:
+        tokens = selectors.tokens_visible_to(request.user, owner=request.query_params.get("owner", ""))
+        return Response(TokenSerializer(tokens, many=True).data)
+
+    @extend_schema(
+        operation_id="tokens_create",
+        request=TokenInputSerializer,
+        responses={201: NewTokenSerializer},
+        summary="Create an API token for yourself; the response holds the token, shown only this once",
+    )
+    def post(self, request: Request) -> Response:
+        serializer = TokenInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        user = request.user
+        assert isinstance(user, User)  # IsAuthenticated ran
+        row, token = services.token_create(
+            user=user,
+            name=serializer.validated_data["name"],
+            ttl_days=serializer.validated_data.get("expires_in_days"),
+            actor=user,
+        )
+        data = dict(TokenSerializer(row).data) | {"token": token}
+        return Response(data, status=status.HTTP_201_CREATED)
+
+
+class TokenRevokeApi(APIView):
+    @extend_schema(
+        operation_id="tokens_revoke",
+        responses={204: None},
+        summary="Revoke an API token (yours; the platform role: anybody's)",
+    )
+    def delete(self, request: Request, token_id: int) -> Response:
+        token = selectors.token_for(request.user, token_id)
+        if token is None:
+            raise Http404("no such token")
+        services.token_revoke(actor=request.user, token=token)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+@login_required
+def tokens_page(request: HttpRequest) -> HttpResponse:
+    """My API tokens: name, created, expires, last used; create one (shown once) or revoke one."""
+    new_token = ""
+    form = None
+    if request.method == "POST":
+        fields = ("name", "expires_in_days")
+        form = TokenInputSerializer(
+            data={f: request.POST[f] for f in fields if request.POST.get(f, "") != ""}
+        )
+    if form is not None and form.is_valid():
+        user = request.user
+        assert isinstance(user, User)
+        row, new_token = services.token_create(
+            user=user,
+            name=form.validated_data["name"],
+            ttl_days=form.validated_data.get("expires_in_days"),
+            actor=user,
+        )
+        messages.success(request, f"Token {row.name!r} created. Copy it now: it is not shown again.")
+    context = {
+        "nav": "tokens",
+        "tokens": selectors.tokens_visible_to(request.user).filter(user_id=request.user.pk),
+        "new_token": new_token,
+        "errors": form.errors if form is not None and not new_token else {},
+        "default_days": settings.API_TOKEN_TTL_DAYS,
+        "max_days": services.MAX_TOKEN_TTL_DAYS,
+    }
+    return render(request, "dashboard/tokens.html", context, status=400 if context["errors"] else 200)
+
+
+@login_required
+@require_POST
+def token_revoke_view(request: HttpRequest, token_id: int) -> HttpResponse:
+    token = selectors.token_for(request.user, token_id)
+    if token is None:
+        raise Http404("No such token.")
+    name = token.name
+    services.token_revoke(actor=request.user, token=token)
+    messages.success(request, f"Token {name!r} revoked.")
+    return redirect("dashboard:tokens")

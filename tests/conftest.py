@@ -107,3 +107,14 @@ def _fresh_read_caches() -> None:
 
     forget_cached_reads()
     gateway.forget_cached_runtimes()
+
+
+@pytest.fixture(autouse=True)
+def _throttle_counts_per_test(settings: Any) -> None:
+    """Each test counts throttled requests under its own key prefix in Redis (the counters outlive a test),
+    so no test is throttled by requests another test made; a throttle test sets its own small rate."""
+    import uuid
+
+    caches = {**settings.CACHES}
+    caches["throttle"] = {**caches["throttle"], "KEY_PREFIX": f"test-throttle-{uuid.uuid4().hex}"}
+    settings.CACHES = caches

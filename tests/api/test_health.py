@@ -48,3 +48,44 @@ def test_readyz_reports_an_unreachable_kubernetes_api(client: Client, tmp_path: 
     kube = response.json()["checks"]["kubernetes"]
     assert kube["ok"] is False
     assert "unreachable" in kube["error"]
+
+
+REMOTE = "203.0.113.20"  # a caller that is not on the host
+
+
+@pytest.mark.django_db
+def test_readyz_tells_a_remote_anonymous_caller_only_the_status(
+    client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    with override_settings(REDIS_URL="redis://127.0.0.1:1/0"):
+        response = client.get("/readyz", REMOTE_ADDR=REMOTE)
+    assert response.status_code == 503
+    assert response.json() == {"status": "not ready"}
+    assert b"ConnectionError" not in response.content and b"127.0.0.1" not in response.content
+    assert any(
+        "redis is down" in r.getMessage() and "ConnectionError" in r.getMessage() for r in caplog.records
+    )
+
+
+@pytest.mark.django_db
+def test_readyz_ready_to_a_remote_caller_is_200_without_details(client: Client) -> None:
+    response = client.get("/readyz", REMOTE_ADDR=REMOTE)
+    # The Kubernetes check fails outside tests/cluster (unreachable API server), so this is not ready.
+    assert response.status_code == 503
+    assert set(response.json()) == {"status"}
+
+
+@pytest.mark.django_db
+def test_readyz_gives_details_to_platform_by_token_or_session_not_to_a_plain_user(
+    client: Client, platform_user: tuple[object, str], plain_user: tuple[object, str]
+) -> None:
+    as_platform = client.get("/readyz", REMOTE_ADDR=REMOTE, HTTP_AUTHORIZATION=f"Token {platform_user[1]}")
+    assert as_platform.json()["checks"]["database"]["ok"] is True
+    as_user = client.get("/readyz", REMOTE_ADDR=REMOTE, HTTP_AUTHORIZATION=f"Bearer {plain_user[1]}")
+    assert "checks" not in as_user.json()
+    bad_token = client.get("/readyz", REMOTE_ADDR=REMOTE, HTTP_AUTHORIZATION="Token nonsense")
+    assert "checks" not in bad_token.json()
+    client.login(username="pat", password="pw-pat")
+    assert "checks" in client.get("/readyz", REMOTE_ADDR=REMOTE).json()
+    client.login(username="uma", password="pw-uma")
+    assert "checks" not in client.get("/readyz", REMOTE_ADDR=REMOTE).json()

@@ -1,4 +1,5 @@
-"""python manage.py create_user NAME --role platform|oncall|user --namespace NS... : prints an API token."""
+"""python manage.py create_user NAME --role platform|oncall|user --namespace NS... : prints an API token
+(once: only its digest is stored)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import re
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dispatch_site import roles
@@ -30,6 +33,11 @@ class Command(BaseCommand):
         username: str = options["username"]
         if User.objects.filter(username=username).exists():
             raise CommandError(f"user {username!r} already exists")
+        if options["password"] is not None:
+            try:
+                validate_password(options["password"], User(username=username, email=options["email"]))
+            except ValidationError as exc:
+                raise CommandError("password refused: " + " ".join(exc.messages)) from None
         for namespace in options["namespace"]:
             if not NAMESPACE_RE.match(namespace):
                 raise CommandError(f"namespace {namespace!r} is not a valid Kubernetes namespace name")
