@@ -5,8 +5,13 @@ from django.urls import path
 from jobs import sessions_views, views
 
 urlpatterns = [
+    path("", views.home_page, name="home"),
+    path("overview/cluster/", views.home_cluster, name="home-cluster"),
+    path("refusals/", views.refusals_page, name="refusals"),
     path("jobs/", views.jobs_page, name="jobs"),
     path("jobs/<str:job_id>/", views.job_page, name="job"),
+    path("jobs/<str:job_id>/events/", views.job_events, name="job-events"),
+    path("jobs/<str:job_id>/log/", views.job_log_tail, name="job-log"),
     path("jobs/<str:job_id>/cancel/", views.job_cancel_view, name="job-cancel"),
     path("sessions/", sessions_views.sessions_page, name="sessions"),
     path("sessions/<str:session_id>/", sessions_views.session_page, name="session"),

@@ -1,7 +1,8 @@
-"""Dashboard pages for jobs: the list, the status page on-call reads, and cancel.
+"""Dashboard pages: the overview (home), refusals, the job list, the job page on-call reads, and cancel.
 
-The live parts (the list's rows, the status page's state and executions) are partials that htmx polls;
-an htmx request gets only the partial.
+The live parts (the list's rows, the job page's status, the overview's cluster box) are partials that htmx
+polls; an htmx request gets only the partial. What needs the cluster (Events, log lines) is a partial of its
+own loaded after the page, so a slow or unreachable API server never holds the page up.
 """
 
 from __future__ import annotations
@@ -10,25 +11,31 @@ import json
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
+from urllib.parse import urlencode
 
 import yaml
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_POST
 
-from jobs import selectors, services
-from jobs.models import ACTIVE_STATES, Job, JobState
+from cluster import logs as cluster_logs
+from cluster.errors import ClusterError
+from dispatch_site import health, roles
+from jobs import dashboard, selectors, services
+from jobs.logs_api import LOG_PAGE_TAIL, LogNotFound, read_rank_log
+from jobs.models import ACTIVE_STATES, Cause, Execution, Job, JobState
+from jobs.naming import runtime_copy_name
+from runtimes.fixes import FIXES, fix_for
+from runtimes.selectors import site_settings
 
-PAGE_SIZE = 50
+PAGE_SIZE = 50  # the sessions list pages with Django's Paginator by this size
 POLL_SECONDS = 5
-# Evidence keys in the order that proves a cause (DESIGN.md, Status); any others follow, sorted.
-EVIDENCE_FIRST = ("object", "field", "value")
+CLUSTER_POLL_SECONDS = 15
 
 View = Callable[..., HttpResponse]
 
@@ -58,22 +65,125 @@ def _render_live(request: HttpRequest, page: str, partial: str, context: dict[st
     return response
 
 
+# ---------------------------------------------------------------- overview
+
+
+WINDOW_CHOICES = [("1h", "last hour"), ("24h", "last 24 hours"), ("7d", "last 7 days")]
+
+
+@page_login_required
+def home_page(request: HttpRequest) -> HttpResponse:
+    window = request.GET.get("window", "24h")
+    if window not in selectors.WINDOWS:
+        window = "24h"
+    user = request.user
+    refusal_groups = dashboard.refusals(user, window="7d")
+    context = {
+        "nav": "home",
+        "window": window,
+        "windows": WINDOW_CHOICES,
+        "counts": dashboard.counts(user, window),
+        "refusal_groups": refusal_groups[:8],
+        "warned": dashboard.identity_warned_jobs(user),
+        "verdict_changes": dashboard.verdict_changes(),
+        "supervisor": dashboard.supervisor_health(),
+        "cluster_poll": CLUSTER_POLL_SECONDS,
+    }
+    return render(request, "dashboard/home.html", context)
+
+
+@page_login_required
+def home_cluster(request: HttpRequest) -> HttpResponse:
+    """The overview's cluster box: the API server answered now or not, and the supervisor's last cycle."""
+    context = {
+        "kubernetes": health.check_kubernetes(),
+        "supervisor": dashboard.supervisor_health(),
+        "cluster_poll": CLUSTER_POLL_SECONDS,
+    }
+    return render(request, "dashboard/_cluster.html", context)
+
+
+# ---------------------------------------------------------------- refusals
+
+
+class RefusalFilterForm(forms.Form):
+    code = forms.ChoiceField(required=False)
+    runtime = forms.CharField(required=False, widget=forms.TextInput(attrs={"placeholder": "Runtime"}))
+    namespace = forms.CharField(required=False, widget=forms.TextInput(attrs={"placeholder": "Namespace"}))
+    owner = forms.CharField(required=False, widget=forms.TextInput(attrs={"placeholder": "Owner"}))
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        code_field = self.fields["code"]
+        assert isinstance(code_field, forms.ChoiceField)
+        code_field.choices = [("", "Any code"), *((code, code) for code in FIXES)]
+
+
+@page_login_required
+def refusals_page(request: HttpRequest) -> HttpResponse:
+    form = RefusalFilterForm(request.GET)
+    form.is_valid()
+    filters = {name: value for name, value in form.cleaned_data.items() if value}
+    if not roles.can_read_all_jobs(request.user):
+        filters.pop("owner", None)
+    groups = dashboard.refusals(request.user, **filters)
+    context = {"nav": "refusals", "form": form, "filtered": bool(filters), "groups": groups}
+    return render(request, "dashboard/refusals.html", context)
+
+
+# ---------------------------------------------------------------- the job list
+
+
 class JobFilterForm(forms.Form):
+    q = forms.CharField(required=False, widget=forms.TextInput(attrs={"placeholder": "Id or name"}))
     state = forms.ChoiceField(choices=[("", "Any state"), *JobState.choices], required=False)
+    cause = forms.ChoiceField(choices=[("", "Any cause"), *Cause.choices], required=False)
     namespace = forms.CharField(required=False, widget=forms.TextInput(attrs={"placeholder": "Namespace"}))
     runtime = forms.CharField(required=False, widget=forms.TextInput(attrs={"placeholder": "Runtime"}))
     owner = forms.CharField(required=False, widget=forms.TextInput(attrs={"placeholder": "Owner"}))
+    identity_warning = forms.BooleanField(required=False, label="Identity warning")
+    window = forms.ChoiceField(choices=[("", "Any time"), *WINDOW_CHOICES], required=False)
+
+
+def list_context(request: HttpRequest) -> dict[str, Any]:
+    form = JobFilterForm(request.GET)
+    form.is_valid()  # an invalid field (an unknown state) is dropped from cleaned_data: it filters nothing
+    filters = {name: value for name, value in form.cleaned_data.items() if value}
+    if not roles.can_read_all_jobs(request.user):
+        filters.pop("owner", None)
+    jobs = selectors.jobs_filtered(request.user, **filters)
+    page = selectors.keyset_page(
+        jobs, after=request.GET.get("after", ""), before=request.GET.get("before", "")
+    )
+    base = {k: v for k, v in request.GET.items() if k not in ("after", "before") and v}
+    return {
+        "nav": "jobs",
+        "form": form,
+        "filtered": bool(filters),
+        "page": page,
+        "older_url": "?" + urlencode({**base, "after": page.older}) if page.older else "",
+        "newer_url": "?" + urlencode({**base, "before": page.newer}) if page.newer else "",
+        "newest_url": "?" + urlencode(base) if not page.first else "",
+        "poll": POLL_SECONDS,
+    }
 
 
 @page_login_required
 def jobs_page(request: HttpRequest) -> HttpResponse:
-    form = JobFilterForm(request.GET)
-    form.is_valid()  # an invalid field (an unknown state) is dropped from cleaned_data: it filters nothing
-    filters = {name: value for name, value in form.cleaned_data.items() if value}
-    jobs = selectors.jobs_filtered(request.user, **filters)
-    page = Paginator(jobs, PAGE_SIZE).get_page(request.GET.get("page"))
-    context = {"nav": "jobs", "form": form, "filtered": bool(filters), "page": page, "poll": POLL_SECONDS}
+    context = list_context(request)
+    if not getattr(request, "htmx", False):
+        jobs = selectors.jobs_filtered(
+            request.user,
+            **{k: v for k, v in context["form"].cleaned_data.items() if v and k in _COUNTED},
+        )
+        context["count"], context["more"] = selectors.capped_count(jobs)
     return _render_live(request, "jobs/list.html", "jobs/_rows.html", context)
+
+
+_COUNTED = {"q", "state", "cause", "namespace", "runtime", "owner", "identity_warning", "window"}
+
+
+# ---------------------------------------------------------------- the job page
 
 
 def _visible_job(request: HttpRequest, job_id: str) -> Job:
@@ -84,11 +194,14 @@ def _visible_job(request: HttpRequest, job_id: str) -> Job:
     return job
 
 
-def _evidence_rows(evidence: list[dict[str, Any]] | dict[str, Any]) -> list[dict[str, str]]:
-    """Evidence as rows of {object, field, value, at} (an older record may hold one flat object)."""
-    if isinstance(evidence, dict):
-        keys = [k for k in EVIDENCE_FIRST if k in evidence] + sorted(set(evidence) - set(EVIDENCE_FIRST))
-        return [{"object": "", "field": k, "value": _show(evidence[k]), "at": ""} for k in keys]
+def _show(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def evidence_rows(evidence: Any) -> list[dict[str, str]]:
+    """Evidence as rows of {object, field, value, at}."""
+    if not isinstance(evidence, list):
+        return []
     return [
         {
             "object": str(item.get("object", "")),
@@ -101,10 +214,6 @@ def _evidence_rows(evidence: list[dict[str, Any]] | dict[str, Any]) -> list[dict
     ]
 
 
-def _show(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
 def _yaml(data: Any) -> str:
     if not data:
         return ""
@@ -115,17 +224,129 @@ def _yaml(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
+_PHASE_TEXT = {
+    "Succeeded": ("ok", "done"),
+    "Failed": ("failed", "fail"),
+    "Running": ("running", "run"),
+    "Pending": ("pending", "wait"),
+    "Gone": ("gone", "gone"),
+}
+
+
+def _cell(row: dict[str, Any], job_id: str, attempt: int, count: int) -> dict[str, Any]:
+    """One grid cell: short text (never colour alone), a class, the whole story in the title."""
+    phase = str(row.get("phase") or "Pending")
+    css, text = _PHASE_TEXT.get(phase, ("pending", phase.lower()[:5]))
+    exit_code = row.get("exit_code")
+    if exit_code is not None and phase != "Succeeded":
+        text = f"{text} {exit_code}"
+    first = bool(row.get("first_failure"))
+    if first:
+        text = f"★ {text}"
+        css += " first"
+    restarts = int(row.get("restarts") or 0)
+    if restarts:
+        text += f" ↻{restarts}"
+    title = (
+        f"rank {row.get('rank')} attempt {attempt}: {phase}"
+        + (f", exit code {exit_code}" if exit_code is not None else "")
+        + (f", {restarts} container restarts" if restarts else "")
+        + (f", JobSet restart {row.get('restart_attempt')}" if row.get("restart_attempt") else "")
+        + (f", {count} pods" if count > 1 else "")
+        + (f", node {row.get('node')}" if row.get("node") else "")
+        + (f", {row.get('reason')}" if row.get("reason") else "")
+        + (f", pod {row.get('pod')}" if row.get("pod") else "")
+        + (" (the first rank to fail)" if first else "")
+    )
+    return {
+        "css": css,
+        "text": text,
+        "title": title,
+        "url": f"/api/v1/jobs/{job_id}/logs?attempt={attempt}&rank={row.get('rank')}",
+        "first": first,
+    }
+
+
+def rank_grid(job_id: str, executions: list[Execution]) -> dict[str, Any]:
+    """Rank x attempt: per cell the rank's newest pod in that attempt (the JobSet restart with the highest
+    number), marked when it is the first rank to fail. Built once per render, in Python."""
+    attempts = [e.attempt for e in executions]
+    by_cell: dict[tuple[int, int], dict[str, Any]] = {}
+    pods: dict[tuple[int, int], int] = {}
+    ranks: set[int] = set()
+    for execution in executions:
+        for row in execution.ranks or []:
+            rank = row.get("rank")
+            if not isinstance(rank, int):
+                continue
+            ranks.add(rank)
+            key = (rank, execution.attempt)
+            pods[key] = pods.get(key, 0) + 1
+            held = by_cell.get(key)
+            newer = held is None or int(row.get("restart_attempt") or 0) >= int(
+                held.get("restart_attempt") or 0
+            )
+            if newer or row.get("first_failure"):
+                by_cell[key] = row
+    rows = [
+        {
+            "rank": rank,
+            "cells": [
+                _cell(by_cell[(rank, attempt)], job_id, attempt, pods[(rank, attempt)])
+                if (rank, attempt) in by_cell
+                else None
+                for attempt in attempts
+            ],
+        }
+        for rank in sorted(ranks)
+    ]
+    return {"attempts": attempts, "rows": rows}
+
+
+def kubectl_commands(job: Job, executions: list[Execution], label_domain: str) -> list[dict[str, Any]]:
+    """Per attempt: the objects dispatch created, by name, and the kubectl lines that show them."""
+    ns = job.namespace
+    out = []
+    for execution in executions:
+        name = execution.trainjob_name
+        selector = f"{label_domain}/job={job.id},{label_domain}/attempt={execution.attempt}"
+        out.append(
+            {
+                "attempt": execution.attempt,
+                "objects": [
+                    ("TrainJob", name),
+                    ("TrainingRuntime", runtime_copy_name(name)),
+                    ("JobSet", name),
+                ],
+                "commands": [
+                    f"kubectl -n {ns} get trainjob {name} -o yaml",
+                    f"kubectl -n {ns} get trainingruntime {runtime_copy_name(name)} -o yaml",
+                    f"kubectl -n {ns} get jobset {name} -o yaml",
+                    f"kubectl -n {ns} get jobs,pods -l {selector} -o wide",
+                    f"kubectl -n {ns} get events --sort-by=.lastTimestamp | grep {name}",
+                    f"kubectl -n {ns} logs -l {selector} -c node --prefix --tail=100",
+                ],
+            }
+        )
+    return out
+
+
 def _status_context(request: HttpRequest, job: Job) -> dict[str, Any]:
     """What the live partial needs: also what each poll re-reads."""
     active = job.state in ACTIVE_STATES
     executions = list(job.executions.all())
     current = next((e for e in executions if e.attempt == job.current_attempt), None)
+    failing_rank = job.failing_rank if job.failing_rank is not None else (current.rank if current else None)
     return {
         "job": job,
-        "evidence": _evidence_rows(job.evidence or []),
+        "evidence": evidence_rows(job.evidence),
         "executions": executions,
         "current": current,
         "ranks": (current.ranks if current else []) or [],
+        "grid": rank_grid(job.id, executions),
+        "timeline": list(job.events.all()),
+        "failing_rank": failing_rank,
+        "log_attempt": current.attempt if current else None,
         "can_cancel": active and selectors.may_cancel(request.user, job),
         "poll": POLL_SECONDS if not job.is_terminal else None,
     }
@@ -138,18 +359,56 @@ def job_page(request: HttpRequest, job_id: str) -> HttpResponse:
     if not getattr(request, "htmx", False):
         plan = job.plan or {}
         objects = plan.get("objects") or {}
+        label_domain = site_settings(max_age=30).label_domain
         context |= {
             "nav": "jobs",
             "plan": plan,
             # The job keeps the reasons that refused it; the plan also holds the waived ones, which explain
             # an identity warning.
-            "reasons": [*job.reasons, *(r for r in plan.get("reasons") or [] if r.get("waived"))],
+            "reasons": [
+                {**reason, "fix": fix_for(str(reason.get("code", "")))}
+                for reason in [*job.reasons, *(r for r in plan.get("reasons") or [] if r.get("waived"))]
+            ],
+            "recovery_yaml": _yaml(job.recovery_policy),
             "training_runtime_yaml": _yaml(objects.get("training_runtime")),
             "train_job_yaml": _yaml(objects.get("train_job")),
             "spec_yaml": _yaml(job.spec),
-            "events": job.events.all(),
+            "kubectl": kubectl_commands(job, context["executions"], label_domain),
         }
     return _render_live(request, "jobs/detail.html", "jobs/_status.html", context)
+
+
+@page_login_required
+def job_events(request: HttpRequest, job_id: str) -> HttpResponse:
+    """The cluster's Events about the job's objects (one list call in its namespace)."""
+    job = _visible_job(request, job_id)
+    context: dict[str, Any] = {"job": job, "events": [], "error": ""}
+    if job.current_attempt:
+        try:
+            context["events"] = cluster_logs.events_for(job.namespace, f"{job.id}-")
+        except ClusterError as exc:
+            context["error"] = str(exc)
+    return render(request, "jobs/_events.html", context)
+
+
+@page_login_required
+def job_log_tail(request: HttpRequest, job_id: str) -> HttpResponse:
+    """The failing rank's last log lines on the job page (capped), with the link to the whole log."""
+    job = _visible_job(request, job_id)
+    try:
+        attempt = int(request.GET.get("attempt", job.current_attempt))
+        rank = int(request.GET.get("rank", ""))
+    except ValueError:
+        raise Http404("attempt and rank are numbers") from None
+    context: dict[str, Any] = {"job": job, "attempt": attempt, "rank": rank, "tail": LOG_PAGE_TAIL}
+    try:
+        result = read_rank_log(job, attempt=attempt, rank=rank, container="node", tail=LOG_PAGE_TAIL)
+        context |= {"log": result.text, "truncated": result.truncated, "pod": result.pod}
+    except LogNotFound as exc:
+        context["error"] = exc.detail
+    except ClusterError as exc:
+        context["error"] = f"the cluster could not be read: {exc}"
+    return render(request, "jobs/_log_tail.html", context)
 
 
 @page_login_required

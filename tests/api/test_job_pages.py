@@ -7,6 +7,7 @@ the reasons, identity warnings, images and objects the service would have stored
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,15 @@ pytestmark = pytest.mark.django_db
 
 RUNTIME_FIXTURE = Path(__file__).parent.parent / "unit" / "fixtures" / "dispatch-kind.yaml"
 HTMX = {"HX-Request": "true"}
-OOM_EVIDENCE = {
-    "object": "Pod team-a/{job}-1-node-0-1-x7k2p",
-    "field": "status.containerStatuses[node].lastState.terminated.reason",
-    "value": "OOMKilled",
-}
+# Evidence as supervision stores it: a list of {object, field, value, at}.
+OOM_EVIDENCE = [
+    {
+        "object": "Pod team-a/{job}-1-node-0-1-x7k2p",
+        "field": "status.containerStatuses[node].lastState.terminated.reason",
+        "value": "OOMKilled",
+        "at": "2026-01-05T12:04:31Z",
+    }
+]
 
 
 def runtime_body(
@@ -52,7 +57,7 @@ def make_job(
     state: str = JobState.RUNNING,
     cause: str = "",
     message: str = "",
-    evidence: dict[str, Any] | None = None,
+    evidence: list[dict[str, Any]] | None = None,
     runtime: dict[str, Any] | None = None,
     allow_rank_restart: bool = False,
     namespace: str = "team-a",
@@ -99,7 +104,7 @@ def make_job(
         state=JobState.REFUSED if refused else state,
         cause=cause,
         message=("refused: " + ", ".join(plan.codes)) if refused else message,
-        evidence={k: v.format(job=job_id) for k, v in (evidence or {}).items()},
+        evidence=[{k: v.format(job=job_id) for k, v in item.items()} for item in evidence or []],
         current_attempt=0 if refused else 1,
     )
     if refused:
@@ -200,15 +205,30 @@ def test_filters_narrow_the_list(oncall_user: Any, plain_user: Any, other_user: 
     assert "No job matches these filters." in page(client, "/jobs/?owner=nobody")
 
 
-def test_list_paginates_by_50_keeping_the_filters(plain_user: Any) -> None:
-    for _ in range(51):
-        make_job(plain_user[0], state=JobState.QUEUED)
-    html = page(client_for(plain_user[0]), "/jobs/?state=queued")
+def test_list_pages_by_50_with_cursors_keeping_the_filters(plain_user: Any) -> None:
+    jobs = [make_job(plain_user[0], state=JobState.QUEUED) for _ in range(51)]
+    make_job(plain_user[0], state=JobState.RUNNING)  # filtered out on every page
+    client = client_for(plain_user[0])
+    html = page(client, "/jobs/?state=queued")
     assert html.count("data-job=") == 50
-    assert "page 1 of 2" in html
-    assert 'href="?state=queued&amp;page=2"' in html
-    second = page(client_for(plain_user[0]), "/jobs/?state=queued&page=2")
-    assert second.count("data-job=") == 1
+    assert "51 matching jobs" in html
+    older = re.search(r'href="(\?state=queued&amp;after=[^"]+)" id="older"', html)
+    assert older is not None and 'id="newer"' not in html
+    second = page(client, "/jobs/" + older.group(1).replace("&amp;", "&"))
+    # The oldest job is alone on page 2; page 1 had the 50 newer ones.
+    assert second.count("data-job=") == 1 and f'data-job="{jobs[0].id}"' in second
+    assert 'id="older"' not in second
+    newer = re.search(r'href="(\?state=queued&amp;before=[^"]+)" id="newer"', second)
+    assert newer is not None
+    back = page(client, "/jobs/" + newer.group(1).replace("&amp;", "&"))
+    assert back.count("data-job=") == 50 and f'data-job="{jobs[0].id}"' not in back
+    assert f'data-job="{jobs[1].id}"' in back and f'data-job="{jobs[-1].id}"' in back
+
+
+def test_a_cursor_that_is_not_one_shows_the_first_page(plain_user: Any) -> None:
+    job = make_job(plain_user[0])
+    html = page(client_for(plain_user[0]), "/jobs/?after=not-a-cursor&before=%%%")
+    assert f'data-job="{job.id}"' in html
 
 
 def test_htmx_poll_of_the_list_returns_only_the_rows(plain_user: Any) -> None:
@@ -277,10 +297,10 @@ def test_active_job_page_polls_and_the_poll_returns_only_the_status(plain_user: 
     assert f'hx-get="/jobs/{job.id}/" hx-trigger="every 5s"' in html
     Job.objects.filter(pk=job.pk).update(state=JobState.FAILED, cause="preempted")
     partial = page(client, f"/jobs/{job.id}/", **HTMX)
-    assert "<html" not in partial and "Timeline" not in partial
+    assert "<html" not in partial and 'id="plan"' not in partial and "Images per container" not in partial
     assert 'data-cause="preempted">preempted</span>' in partial
     # The job became terminal: the fresh partial no longer polls.
-    assert "hx-trigger" not in partial
+    assert 'hx-trigger="every' not in partial
     assert "this page no longer refreshes" in partial
 
 
@@ -288,7 +308,7 @@ def test_active_job_page_polls_and_the_poll_returns_only_the_status(plain_user: 
 def test_terminal_job_page_does_not_poll_and_has_no_cancel(plain_user: Any, state: str) -> None:
     job = make_job(plain_user[0], state=state, cause="cancelled" if state == JobState.CANCELLED else "")
     html = page(client_for(plain_user[0]), f"/jobs/{job.id}/")
-    assert "hx-trigger" not in html
+    assert 'hx-trigger="every' not in html
     assert "cancel-job" not in html
 
 

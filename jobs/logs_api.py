@@ -1,0 +1,194 @@
+"""GET /api/v1/jobs/{id}/logs?attempt=&rank=&container=&tail=&follow= : one rank's log, as text.
+
+The pod is found by the job's labels (one list call), never by guessing its name: the rank is the pod's
+completion index, and of a rank's pods in one attempt (a JobSet restart makes another) the newest JobSet
+restart answers unless ?restart_attempt= names one. A rank with no pod is 404 naming the ranks and attempts
+that have pods, so the caller's next request is the right one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import Http404, HttpResponse, StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from cluster import logs as cluster_logs
+from cluster.errors import ClusterError, NotFound, Rejected
+from dispatch_site.api import StrictSerializer
+from jobs import selectors
+from jobs.models import Job
+from runtimes.selectors import site_settings
+
+MAX_TAIL = 10_000
+DEFAULT_TAIL = 1_000
+LOG_PAGE_TAIL = 40  # the job page shows the failing rank's last lines
+MAX_BYTES = 1024 * 1024  # the API's cap on one answer
+PAGE_BYTES = 16 * 1024  # the job page's cap
+FOLLOW_SECONDS = 300.0
+
+
+class LogNotFound(Exception):
+    def __init__(self, detail: str, **exists: Any) -> None:
+        self.detail = detail
+        self.exists = exists
+        super().__init__(detail)
+
+
+@dataclass(frozen=True)
+class RankLog:
+    text: str
+    truncated: bool
+    pod: str
+    container: str
+
+
+def pick_pod(
+    pods: list[cluster_logs.PodInfo], *, rank: int, restart_attempt: int | None
+) -> cluster_logs.PodInfo | None:
+    """The rank's pod: the given JobSet restart, else the newest one (pure)."""
+    mine = [p for p in pods if p.rank == rank]
+    if restart_attempt is not None:
+        mine = [p for p in mine if p.restart_attempt == restart_attempt]
+    return max(mine, key=lambda p: (p.restart_attempt, p.created), default=None)
+
+
+def _find_pod(
+    job: Job, *, attempt: int, rank: int, container: str, restart_attempt: int | None = None
+) -> cluster_logs.PodInfo:
+    attempts = sorted(job.executions.values_list("attempt", flat=True))
+    if attempt not in attempts:
+        if not attempts:
+            raise LogNotFound(
+                f"job {job.id} has no attempts (it is {job.state}): no pod ever ran", attempts=[]
+            )
+        raise LogNotFound(f"job {job.id} has no attempt {attempt}", attempts=attempts)
+    domain = site_settings(max_age=30).label_domain
+    pods = cluster_logs.list_pods(job.namespace, f"{domain}/job={job.id},{domain}/attempt={attempt}")
+    pod = pick_pod(pods, rank=rank, restart_attempt=restart_attempt)
+    if pod is None:
+        ranks = sorted({p.rank for p in pods if p.rank is not None})
+        which = f" in JobSet restart {restart_attempt}" if restart_attempt is not None else ""
+        raise LogNotFound(
+            f"attempt {attempt} of job {job.id} has no pod for rank {rank}{which}"
+            + (f"; ranks with pods: {', '.join(map(str, ranks))}" if ranks else "; it has no pods now"),
+            attempts=attempts,
+            ranks=ranks,
+        )
+    if container not in pod.containers and container not in pod.init_containers:
+        raise LogNotFound(
+            f"pod {pod.name} has no container {container!r}",
+            containers=[*pod.containers, *pod.init_containers],
+        )
+    return pod
+
+
+def read_rank_log(
+    job: Job,
+    *,
+    attempt: int,
+    rank: int,
+    container: str,
+    tail: int,
+    restart_attempt: int | None = None,
+    limit_bytes: int = PAGE_BYTES,
+) -> RankLog:
+    pod = _find_pod(job, attempt=attempt, rank=rank, container=container, restart_attempt=restart_attempt)
+    try:
+        log = cluster_logs.read_log(
+            job.namespace, pod.name, container, tail_lines=tail, limit_bytes=limit_bytes
+        )
+    except (NotFound, Rejected) as exc:
+        # The pod went between the list and the read, or its container never started (no log yet).
+        raise LogNotFound(
+            f"no log for rank {rank} of attempt {attempt} ({pod.name}): {exc.message}"
+        ) from None
+    return RankLog(text=log.text, truncated=log.truncated, pod=pod.name, container=container)
+
+
+class LogQuerySerializer(StrictSerializer):
+    attempt = serializers.IntegerField(min_value=1, required=False, help_text="default: the current attempt")
+    rank = serializers.IntegerField(min_value=0, required=False, help_text="default: the failing rank, or 0")
+    restart_attempt = serializers.IntegerField(min_value=0, required=False)
+    container = serializers.RegexField(
+        r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", required=False, default="node"
+    )
+    tail = serializers.IntegerField(min_value=1, max_value=MAX_TAIL, required=False, default=DEFAULT_TAIL)
+    follow = serializers.BooleanField(required=False, default=False)
+
+
+def _headers(response: HttpResponse | StreamingHttpResponse, pod: cluster_logs.PodInfo, attempt: int) -> None:
+    response["X-Dispatch-Pod"] = pod.name
+    response["X-Dispatch-Attempt"] = str(attempt)
+    response["X-Dispatch-Rank"] = str(pod.rank)
+    response["X-Dispatch-Restart-Attempt"] = str(pod.restart_attempt)
+
+
+class JobLogsApi(APIView):
+    @extend_schema(
+        parameters=[LogQuerySerializer],
+        responses={
+            (200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="the log, capped at 1 MiB"),
+            404: OpenApiResponse(description="no such job, attempt, rank pod or container: says what exists"),
+            503: OpenApiResponse(description="the cluster could not be read"),
+        },
+        summary="One rank's log (text); follow=true streams while the pod runs",
+    )
+    def get(self, request: Request, job_id: str) -> Any:
+        job = selectors.job_for(request.user, job_id)
+        if job is None:
+            raise Http404("no such job")
+        query = LogQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
+        attempt = params.get("attempt") or job.current_attempt
+        rank = params.get("rank")
+        if rank is None:
+            rank = job.failing_rank if job.failing_rank is not None else 0
+        container = params["container"]
+        try:
+            pod = _find_pod(
+                job,
+                attempt=attempt,
+                rank=rank,
+                container=container,
+                restart_attempt=params.get("restart_attempt"),
+            )
+            if params["follow"] and pod.phase in ("Pending", "Running"):
+                chunks = cluster_logs.follow_log(
+                    job.namespace,
+                    pod.name,
+                    container,
+                    tail_lines=params["tail"],
+                    limit_bytes=MAX_BYTES,
+                    max_seconds=FOLLOW_SECONDS,
+                )
+                streaming = StreamingHttpResponse(chunks, content_type="text/plain; charset=utf-8")
+                streaming["X-Accel-Buffering"] = "no"
+                _headers(streaming, pod, attempt)
+                return streaming
+            log = cluster_logs.read_log(
+                job.namespace, pod.name, container, tail_lines=params["tail"], limit_bytes=MAX_BYTES
+            )
+        except LogNotFound as exc:
+            return Response({"detail": exc.detail, **exc.exists}, status=status.HTTP_404_NOT_FOUND)
+        except (NotFound, Rejected) as exc:
+            return Response(
+                {"detail": f"no log for rank {rank} of attempt {attempt}: {exc.message}"},
+                status=status.HTTP_404_NOT_FOUND,
+            )
+        except ClusterError as exc:
+            return Response(
+                {"detail": f"Kubernetes is unavailable, the log could not be read: {exc}"},
+                status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            )
+        response = HttpResponse(log.text, content_type="text/plain; charset=utf-8")
+        response["X-Dispatch-Truncated"] = "true" if log.truncated else "false"
+        _headers(response, pod, attempt)
+        return response
