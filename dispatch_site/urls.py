@@ -9,18 +9,22 @@ from dispatch_site import health, views
 api_v1: list[URLPattern | URLResolver] = [
     path("me", views.MeApi.as_view(), name="me"),
     path("audit", views.AuditListApi.as_view(), name="audit-list"),
+    path("tokens", views.TokenListCreateApi.as_view(), name="token-list"),
+    path("tokens/<int:token_id>", views.TokenRevokeApi.as_view(), name="token-revoke"),
     path("", include("runtimes.urls_api")),
     path("", include("jobs.urls_api")),
 ]
 
 dashboard: list[URLPattern | URLResolver] = [
     path("audit/", views.audit_page, name="audit"),
+    path("tokens/", views.tokens_page, name="tokens"),
+    path("tokens/<int:token_id>/revoke/", views.token_revoke_view, name="token-revoke"),
     path("", include("runtimes.urls")),
     path("", include("jobs.urls")),
 ]
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
