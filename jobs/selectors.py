@@ -157,7 +157,8 @@ def keyset_page(
     )
 
 
-def capped_count(queryset: QuerySet[Job], cap: int = COUNT_CAP) -> tuple[int, bool]:
+def capped_count(queryset: QuerySet[Job], cap: int | None = None) -> tuple[int, bool]:
     """How many match, counting at most cap + 1 rows: (count, more than cap)."""
+    cap = COUNT_CAP if cap is None else cap
     count = queryset.order_by()[: cap + 1].count()
     return min(count, cap), count > cap
