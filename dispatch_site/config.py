@@ -47,6 +47,10 @@ class Config:
     secure_proxy_ssl_header: tuple[str, str] | None = None
     hsts_seconds: int = 0
     readyz_detail_addresses: tuple[str, ...] = ("127.0.0.1", "::1")
+    # Supervision (jobs.supervision): the sync interval, and how long a waiting cause may last.
+    supervisor_interval_seconds: int = 10
+    no_capacity_after_seconds: int = 300
+    stuck_after_seconds: int = 300
 
 
 def _parse_bool(name: str, raw: str) -> bool:
@@ -197,7 +201,18 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
     readyz_raw = env.get("READYZ_DETAIL_ADDRESSES", "127.0.0.1,::1")
     readyz_detail_addresses = tuple(a.strip() for a in readyz_raw.split(",") if a.strip())
 
+    supervisor_interval = _parse_int(
+        "SUPERVISOR_INTERVAL_SECONDS", env.get("SUPERVISOR_INTERVAL_SECONDS", "10"), 1
+    )
+    no_capacity_after = _parse_int(
+        "NO_CAPACITY_AFTER_SECONDS", env.get("NO_CAPACITY_AFTER_SECONDS", "300"), 0
+    )
+    stuck_after = _parse_int("STUCK_AFTER_SECONDS", env.get("STUCK_AFTER_SECONDS", "300"), 0)
+
     return Config(
+        supervisor_interval_seconds=supervisor_interval,
+        no_capacity_after_seconds=no_capacity_after,
+        stuck_after_seconds=stuck_after,
         debug=debug,
         secret_key=secret_key,
         allowed_hosts=allowed_hosts,

@@ -156,6 +156,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Jobs and sessions both have a `state` field with different choices: name each enum.
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "jobs.models.JobState",
+        "SessionStateEnum": "jobs.models.SessionState",
+    },
 }
 
 # Celery: the job record in the database is the source of truth; the broker only carries primary keys.
@@ -177,7 +182,16 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
     "recheck-runtimes": {"task": "runtimes.tasks.runtimes_recheck", "schedule": crontab(minute="*/5")},
     "resubmit-stale-executions": {"task": "jobs.tasks.executions_resubmit_stale", "schedule": 60.0},
+    "supervise": {
+        "task": "jobs.tasks.supervise",
+        "schedule": float(CONFIG.supervisor_interval_seconds),
+        # A cycle older than its interval is superseded by the next one: never let them pile up.
+        "options": {"expires": float(CONFIG.supervisor_interval_seconds)},
+    },
 }
+SUPERVISOR_INTERVAL_SECONDS = CONFIG.supervisor_interval_seconds
+NO_CAPACITY_AFTER_SECONDS = CONFIG.no_capacity_after_seconds
+STUCK_AFTER_SECONDS = CONFIG.stuck_after_seconds
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 LOGGING = {
@@ -191,11 +205,6 @@ LOGGING = {
 
 # How long an Idempotency-Key is remembered for POST /api/v1/jobs.
 IDEMPOTENCY_WINDOW_SECONDS = 24 * 3600
-    # Jobs and sessions both have a `state` field with different choices: name each enum.
-    "ENUM_NAME_OVERRIDES": {
-        "JobStateEnum": "jobs.models.JobState",
-        "SessionStateEnum": "jobs.models.SessionState",
-    },
 
 # Interactive sessions (jobs.sessions): how long the trainer pod may take to run when the request names no
 # timeout; how long one command may run; how much of its output an answer carries; how long close waits for

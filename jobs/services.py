@@ -6,6 +6,7 @@ The job row is the source of truth. Every state change is compare-and-set
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -22,13 +23,14 @@ from cluster import gateway
 from cluster.errors import AlreadyExists, ClusterError, NotFound, Rejected
 from dispatch_site import roles
 from dispatch_site.audit import audit_record
+from jobs import recovery
 from jobs.models import ACTIVE_STATES, Cause, Execution, Job, JobEvent, JobState
 from jobs.naming import new_job_id, trainjob_name
 from jobs.plan import Plan, build_plan
 from jobs.spec import JobSpec
 from runtimes.models import AllowListEntry, SiteSettings
 from runtimes.rules import AllowListMiss
-from runtimes.selectors import allow_list_entry, get_runtime, site_rules
+from runtimes.selectors import allow_list_entry, get_runtime, site_rules, site_settings
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +76,7 @@ def job_plan(
     runtime_max_age: float = 0.0,
     site: SiteSettings | None = None,
     namespace_granted: bool | None = None,
+    stored_runtime: dict[str, Any] | None = None,
 ) -> tuple[Plan, Any]:
     """What starting this job would do. Reads the runtime from the cluster (ClusterError when it cannot);
     creates nothing. Returns the plan and the runtime object it judged (None when it does not exist).
@@ -83,7 +86,13 @@ def job_plan(
         namespace_granted = roles.may_submit_to(user, spec.namespace)
     kind, namespace, name = _runtime_key(spec)
     entry = allow_list_entry(kind, namespace, name, max_age=runtime_max_age)
-    runtime = get_runtime(kind, namespace, name, max_age=runtime_max_age)  # never a dispatch copy
+    runtime: gateway.RuntimeObject | None
+    if stored_runtime is not None:
+        # A retry (attempt A+1) runs on the runtime as attempt 1 ran it, stored with the job: an edit of the
+        # original since then changes nothing.
+        runtime = gateway.RuntimeObject.from_body(kind, copy.deepcopy(stored_runtime))
+    else:
+        runtime = get_runtime(kind, namespace, name, max_age=runtime_max_age)  # never a dispatch copy
     allowed: bool | AllowListMiss = True
     if entry is None or not entry.for_jobs:
         # Refused: say why (an empty list, or listed for sessions only) so nobody has to guess.
@@ -142,6 +151,7 @@ def job_submit(
         raise NamespaceNotGranted(f"namespace {spec.namespace!r} is not granted to {owner.get_username()}")
 
     job_id = new_job_id()
+    site = site or site_settings(max_age=PLAN_RUNTIME_MAX_AGE)
     plan, runtime = job_plan(
         user=owner,
         spec=spec,
@@ -167,6 +177,7 @@ def job_submit(
                 runtime_snapshot=runtime.body if runtime else None,
                 reasons=[r for r in plan_data["reasons"] if not r["waived"]] if refused else [],
                 identity_warnings=plan_data["identity_warnings"],
+                recovery_policy=recovery.resolve(site.recovery_policy, spec.recovery_policy),
                 state=JobState.REFUSED if refused else JobState.PENDING,
                 message="refused: " + ", ".join(plan.codes) if refused else "",
                 idempotency_key=idempotency_key or None,
@@ -259,7 +270,12 @@ def execution_submit(*, execution_id: int) -> None:
     try:
         # The runtime may have changed since the plan: judge it again and build from what is judged now.
         plan, runtime = job_plan(
-            user=job.owner, spec=spec, job_id=job.id, attempt=execution.attempt, site=site
+            user=job.owner,
+            spec=spec,
+            job_id=job.id,
+            attempt=execution.attempt,
+            site=site,
+            stored_runtime=job.runtime_snapshot if execution.attempt > 1 else None,
         )
         if plan.refused:
             _refuse_at_start(job, execution, plan)
@@ -402,7 +418,7 @@ def _fail_config(job: Job, execution: Execution, exc: ClusterError) -> None:
             JobState.FAILED,
             cause=Cause.CONFIG_ERROR,
             message=message,
-            evidence={"object": exc.target, "status": exc.status, "message": exc.message},
+            evidence=[{"object": exc.target, "field": f"HTTP {exc.status}", "value": exc.message}],
         ):
             Execution.objects.filter(pk=execution.pk).update(
                 state=JobState.FAILED, cause=Cause.CONFIG_ERROR, message=message, finished_at=timezone.now()
