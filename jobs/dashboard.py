@@ -72,6 +72,11 @@ class CodeGroup:
     def total(self) -> int:
         return self.job_count + len(self.runtimes)
 
+    @property
+    def top_runtimes(self) -> list[tuple[str, int]]:
+        """(a template cannot call most_common: a Counter answers 0 to any key it is asked for.)"""
+        return self.runtime_names.most_common(5)
+
 
 def refusals(
     user: Any,

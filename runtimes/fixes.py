@@ -60,7 +60,8 @@ FIXES: Final[dict[str, Fix]] = {
         Fix(
             rules.EXTRA_REPLICATED_JOB,
             "A replicated job besides the trainer one runs steps dispatch never exercised.",
-            "Remove the other replicated jobs (initializers, launchers) from spec.template.spec.replicatedJobs.",
+            "Remove the other replicated jobs (initializers, launchers) from "
+            "spec.template.spec.replicatedJobs.",
             _AUTHOR,
         ),
         Fix(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pytest_django.live_server_helper import LiveServer
@@ -16,6 +17,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
+
+# The control plane fixtures (kubeconfig, kube, namespace) of tests/cluster, for the live-update tests.
+from tests.cluster.conftest import kube, kubeconfig, namespace  # noqa: F401
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -98,3 +102,15 @@ def _task_errors_stay_in_the_task() -> Iterator[None]:
         yield
     finally:
         app.conf.task_eager_propagates = True
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> None:
+    """These tests use transactional_db (the live server commits for real), so Django flushes the tables
+    after each test. knox's own migration creates knox_authtoken, a table no model uses once KNOX_TOKEN_MODEL
+    swaps in dispatch_site.ApiToken; flush leaves swapped-out tables alone, and PostgreSQL then refuses to
+    TRUNCATE auth_user, which that table still references. The test database drops the unused table."""
+    from django.db import connection
+
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS knox_authtoken")
