@@ -9,6 +9,8 @@
      the bench's jobs and queued messages are removed afterwards.
    - a session execute through dispatch / the same exec with kubernetes.stream directly, p50 and p95,
      target <= 1.5 (scripts/bench_sessions.py).
+4. Dashboard (scripts/bench_dashboard.py): the job list's first page, unfiltered and state + cause, with
+   100,000 / 100 jobs (<= 1.5), and the job page with 20 attempts of 64 ranks / 1 attempt of 2 (<= 5).
 3. Supervision (scripts/bench_supervision.py): API requests per cycle with 10/100/1,000 jobs (<= 6, the same
    for all), one cycle's derivation for 5,000 / 50 executions (<= 120), pod failure -> state change latency.
 The report is printed and written to var/bench/report.md.
@@ -277,6 +279,11 @@ def main() -> None:
     from scripts.bench_supervision import report_lines as supervision_lines
 
     lines += supervision_lines(supervision)
+    from scripts.bench_dashboard import report_lines as dashboard_lines
+    from scripts.bench_dashboard import run as dashboard_run
+
+    log("dashboard: job list with 100 / 100,000 jobs, job page 1x2 / 20x64 ...")
+    lines += dashboard_lines(dashboard_run())
     report = "\n".join(lines) + "\n"
     out = REPO / "var" / "bench"
     out.mkdir(parents=True, exist_ok=True)
