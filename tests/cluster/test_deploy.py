@@ -4,6 +4,7 @@ dispatch does and nothing else (SelfSubjectAccessReviews with the account's own 
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import uuid
@@ -127,7 +128,7 @@ def test_the_workloads_become_available_under_restricted_pod_security_and_scale(
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
                 "namespace": namespace,
-                "resources": [str(BASE)],
+                "resources": [os.path.relpath(BASE, overlay)],
                 "secretGenerator": [
                     {
                         "name": "dispatch-secrets",
@@ -189,7 +190,7 @@ def test_beat_is_replaced_without_ever_running_twice(
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
                 "namespace": namespace,
-                "resources": [str(BASE)],
+                "resources": [os.path.relpath(BASE, overlay)],
                 "secretGenerator": [
                     {"name": "dispatch-secrets", "literals": [f"SECRET_KEY={uuid.uuid4().hex}"]}
                 ],
@@ -356,7 +357,7 @@ def _readme_rules() -> set[tuple[str, str, str, str]]:
         group = "" if group == "core" else group
         for resource in re.split(r",\s*", resources):
             for verb in re.split(r",\s*", verbs):
-                rules.add((scope, group, resource, verb))
+                rules.add((scope, group, resource.strip("`"), verb.strip("`")))
     return rules
 
 
