@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
+from django.test import TestCase
 from kubernetes import client
 from rest_framework.test import APIClient
 
@@ -73,7 +74,9 @@ def supervise_until(
     seen: list[dict[str, Any]] = []
 
     def check() -> dict[str, Any] | None:
-        supervision.supervise()
+        # What the cycle enqueues on commit (start attempt A+1, remove objects) runs, as a worker would.
+        with TestCase.captureOnCommitCallbacks(execute=True):
+            supervision.supervise()
         data = _get(token, job_id)
         seen.append({k: data.get(k) for k in ("state", "cause", "message")})
         return data if predicate(data) else None
