@@ -383,6 +383,16 @@ RULE_CASES: list[tuple[str, Mutation | None, SiteRules, list[str]]] = [
         ["container-restart-policy"],
     ),
     (
+        # The shape the API server admits (it requires a container restartPolicy beside restart rules).
+        "container restartPolicy Never with a Restart rule",
+        combine(
+            container_field("restartPolicy", "Never"),
+            container_field("restartPolicyRules", [restart_rule(42)]),
+        ),
+        SiteRules(),
+        ["container-restart-policy"],
+    ),
+    (
         "restartPolicy and a Restart rule in one container: one reason",
         combine(
             container_field("restartPolicy", "OnFailure"),
