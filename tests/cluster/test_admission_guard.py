@@ -5,8 +5,8 @@ with a message saying what to do instead; dispatch, running with its ServiceAcco
 and cancels jobs; and the controllers still run a job to Complete and clean up after a cancel.
 
 In this local cluster every controller (Trainer, JobSet, garbage collector, namespace controller) runs with
-the admin certificate, so the guard's exempt list gets that one identity, as an installation lists its
-controllers' identities (deploy/guard/params.yaml). The plain user is the impersonated ``alice``.
+the admin certificate, so the guard's exemptUsers get that one identity, as an installation lists its
+controllers' identities (deploy/guard/policies.yaml). The plain user is the impersonated ``alice``.
 """
 
 from __future__ import annotations
@@ -58,23 +58,23 @@ def _as_alice(kubeconfig: str, *args: str, stdin: str | None = None) -> Any:
 def guard(
     kubeconfig: str, example_manifests: list[dict[str, Any]], dispatch_serviceaccount: DispatchServiceAccount
 ) -> Iterator[None]:
-    """The example overlay's policies, bindings and parameters; the local controllers' identity exempt."""
+    """The example overlay's policies and bindings, the local controllers' identity added to exemptUsers."""
     controllers = whoami(kubeconfig)
-    [params] = select(example_manifests, "ConfigMap", name="dispatch-admission-guard")
-    params = yaml.safe_load(yaml.safe_dump(params))
-    assert params["metadata"]["namespace"] == DISPATCH_NAMESPACE
-    params["data"]["exemptUsers"] += f",{controllers}"
-    objects = [params, *select(example_manifests, *GUARD_KINDS)]
+    objects = yaml.safe_load(yaml.safe_dump(select(example_manifests, *GUARD_KINDS)))
+    for policy in select(objects, "ValidatingAdmissionPolicy"):
+        for variable in policy["spec"]["variables"]:
+            if variable["name"] == "dispatch":
+                assert DISPATCH_NAMESPACE in variable["expression"]
+            if variable["name"] == "exemptUsers":
+                variable["expression"] += f" + [{controllers!r}]"
     apply(objects, kubeconfig)
     try:
         yield
     finally:
         for obj in reversed(objects):
             kubectl(
-                "delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found",
-                *(["-n", obj["metadata"]["namespace"]] if "namespace" in obj["metadata"] else []),
-                kubeconfig=kubeconfig, check=False,
-            )  # fmt: skip
+                "delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", kubeconfig=kubeconfig
+            )
 
 
 @pytest.fixture

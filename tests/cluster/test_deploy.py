@@ -81,8 +81,10 @@ def test_the_example_overlay_is_accepted_by_a_server_side_dry_run(
 def test_the_overlay_points_the_guard_and_the_bindings_at_dispatchs_namespace(
     example_manifests: list[dict[str, Any]],
 ) -> None:
-    for binding in select(example_manifests, "ValidatingAdmissionPolicyBinding"):
-        assert binding["spec"]["paramRef"]["namespace"] == DISPATCH_NAMESPACE
+    for policy in select(example_manifests, "ValidatingAdmissionPolicy"):
+        [dispatch] = [v for v in policy["spec"]["variables"] if v["name"] == "dispatch"]
+        assert dispatch["expression"] == f"'system:serviceaccount:{DISPATCH_NAMESPACE}:dispatch'"
+        assert "namespace" not in policy["metadata"]
     for binding in select(example_manifests, "RoleBinding", "ClusterRoleBinding"):
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "dispatch", "namespace": DISPATCH_NAMESPACE}
