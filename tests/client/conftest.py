@@ -23,9 +23,7 @@ import pytest
 import requests
 from django.conf import settings
 
-# The transactional flush needs knox's unused table gone (tests/browser/conftest.py says why), and the control
-# plane fixtures (kubeconfig, kube, namespace) of tests/cluster: both shared here.
-from tests.browser.conftest import django_db_setup  # noqa: F401
+# The control plane fixtures (kubeconfig, kube, namespace) of tests/cluster, shared here.
 from tests.cluster.conftest import kube, kubeconfig, namespace  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,7 +132,7 @@ class Dispatch:
 @pytest.fixture(scope="session")
 def dispatch_server(
     kubeconfig: str,  # noqa: F811
-    django_db_setup: Any,  # noqa: F811
+    django_db_setup: Any,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Dispatch]:
     """A real dispatch (web + worker) on the test database, the test Redis and the local control plane.
