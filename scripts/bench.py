@@ -9,10 +9,10 @@
      the bench's jobs and queued messages are removed afterwards.
    - a session execute through dispatch / the same exec with kubernetes.stream directly, p50 and p95,
      target <= 1.5 (scripts/bench_sessions.py).
-4. Dashboard (scripts/bench_dashboard.py): the job list's first page, unfiltered and state + cause, with
-   100,000 / 100 jobs (<= 1.5), and the job page with 20 attempts of 64 ranks / 1 attempt of 2 (<= 5).
 3. Supervision (scripts/bench_supervision.py): API requests per cycle with 10/100/1,000 jobs (<= 6, the same
    for all), one cycle's derivation for 5,000 / 50 executions (<= 120), pod failure -> state change latency.
+4. Dashboard (scripts/bench_dashboard.py): the job list's first page, unfiltered and state + cause, with
+   100,000 / 100 jobs (<= 1.5), and the job page with 20 attempts of 64 ranks / 1 attempt of 2 (<= 5).
 The report is printed and written to var/bench/report.md.
 """
 

@@ -63,17 +63,16 @@ def narrow(browser: WebDriver, width: int = 390) -> Iterator[None]:
 
 
 WIDE_ELEMENTS = """
-const limit = document.documentElement.clientWidth;
-return [...document.querySelectorAll('body *')]
-  .filter(e => e.getBoundingClientRect().right > limit + 1)
+return [...document.querySelectorAll('body, body *')]
+  .filter(e => e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflowX === 'visible')
   .filter(e => !(e.parentElement && e.parentElement.closest('.grid-scroll, .scroll-x, pre')))
   .slice(0, 8)
-  .map(e => `${e.tagName}#${e.id}.${e.className} ${Math.round(e.getBoundingClientRect().right)}`);
+  .map(e => `${e.tagName}#${e.id}.${e.className} ${e.scrollWidth}/${e.clientWidth}`);
 """
 
 
 def wide(browser: WebDriver) -> list[str]:
-    """The elements that stick out to the right (outside the parts that scroll on their own)."""
+    """The elements whose content overflows them sideways (outside the parts that scroll on their own)."""
     return list(browser.execute_script(WIDE_ELEMENTS))
 
 
@@ -109,9 +108,9 @@ def test_login_lands_on_the_list_and_the_overview_counts_match_the_database(
         recent = Job.objects.filter(created_at__gte=since)
         expected_states = dict(recent.values_list("state").annotate(n=Count("id")))
         expected_causes = dict(recent.exclude(cause="").values_list("cause").annotate(n=Count("id")))
-        for state in JobState.values:
-            shown = text_of(browser, f"#state-counts li[data-state='{state}'] .n")
-            assert int(shown) == expected_states.get(state, 0), (window, state)
+        for state_name in JobState.values:
+            shown = text_of(browser, f"#state-counts li[data-state='{state_name}'] .n")
+            assert int(shown) == expected_states.get(state_name, 0), (window, state_name)
         shown_causes = {
             li.get_attribute("data-cause"): int(li.find_element(By.CSS_SELECTOR, ".n").text)
             for li in browser.find_elements(By.CSS_SELECTOR, "#cause-counts li[data-cause]")
@@ -142,7 +141,9 @@ def test_refused_job_shows_every_reason_with_its_fix(
     browser.find_element(By.CSS_SELECTOR, f"#code-restart-policy tr[data-job='{job.id}'] a").click()
     WebDriverWait(browser, 10).until(EC.url_contains(f"/jobs/{job.id}/"))
     assert text_of(browser, "#job-state") == "refused"
-    codes = [li.get_attribute("data-code") for li in browser.find_elements(By.CSS_SELECTOR, "#reasons li")]
+    codes = [
+        str(li.get_attribute("data-code")) for li in browser.find_elements(By.CSS_SELECTOR, "#reasons li")
+    ]
     assert (
         sorted(codes)
         == sorted(r["code"] for r in job.reasons)
@@ -212,6 +213,9 @@ def test_job_page_at_390_pixels_scrolls_only_inside_the_grid(
     logged_in("olive")
     with narrow(browser):
         browser.get(f"{live_server.url}/jobs/{job.id}/")
+        # Measure once the parts loaded after the page (log lines, Events) are in.
+        for loaded in ("log-error", "events-error"):
+            WebDriverWait(browser, 15).until(EC.presence_of_element_located((By.ID, loaded)))
         page_width = browser.execute_script("return document.documentElement.scrollWidth")
         view_width = browser.execute_script("return document.documentElement.clientWidth")
         sideways = f"the page scrolls sideways: {page_width} > {view_width}: {wide(browser)}"
@@ -340,7 +344,7 @@ def test_watch_a_real_job_turn_failed_with_its_cause_and_first_failing_rank(
     # The failing rank's log lines and the cluster's Events load into the page.
     WebDriverWait(browser, 20).until(EC.presence_of_element_located((By.ID, "log-lines")))
     assert "kwok" in text_of(browser, "#log-lines")
-    assert "attempt=1&rank=1" in browser.find_element(By.ID, "full-log").get_attribute("href")
+    assert "attempt=1&rank=1" in str(browser.find_element(By.ID, "full-log").get_attribute("href"))
     WebDriverWait(browser, 20).until(EC.presence_of_element_located((By.CSS_SELECTOR, "#events tbody tr")))
     screenshot(browser, "job-live-failed")
     with narrow(browser):
