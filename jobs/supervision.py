@@ -209,7 +209,14 @@ def _cycle(report: CycleReport, tombstones: Iterable[Mapping[str, Any]]) -> None
     )
     report.derive_ms = (time.monotonic() - derive_started) * 1000
     for execution in executions:
-        if apply_status(execution_id=execution.pk, status=statuses[(execution.job_id, execution.attempt)]):
+        status = statuses[(execution.job_id, execution.attempt)]
+        if (
+            status.state == execution.state
+            and execution.job.state != JobState.UNKNOWN
+            and _digest(status) == execution.observed_digest
+        ):
+            continue  # nothing new: no lock, no write (most executions, most cycles)
+        if apply_status(execution_id=execution.pk, status=status):
             report.transitions += 1
             report.changed.append(execution.job_id)
 

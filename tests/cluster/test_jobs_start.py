@@ -277,7 +277,9 @@ def test_an_admission_denial_ends_as_config_error_with_the_servers_message(
         job = wait_for(denied, timeout=30, interval=1, what="the admission policy to deny a TrainJob")
         assert job.cause == Cause.CONFIG_ERROR
         assert "this team may run 1 node at most" in job.message
-        assert job.evidence["object"] == f"TrainJob {namespace}/{job.id}-1"
+        [evidence] = job.evidence
+        assert evidence["object"] == f"TrainJob {namespace}/{job.id}-1"
+        assert "this team may run 1 node at most" in evidence["value"]
         assert job.executions.get().state == JobState.FAILED
         # The runtime copy made just before the denial is taken down again.
         wait_for(
