@@ -32,7 +32,7 @@ def listed() -> None:
         ("TrainingRuntime", "team-b", "rt-b"),
     ):
         AllowListEntry.objects.create(kind=kind, namespace=namespace, name=name)
-        body = {"kind": kind, "metadata": {"name": name, "namespace": namespace}}
+        body: dict[str, Any] = {"kind": kind, "metadata": {"name": name, "namespace": namespace}}
         if name == "rt-a":  # a recorded object that turned out to be one of dispatch's copies
             body["metadata"]["labels"] = COPY_LABELS
         RuntimeVerdict.objects.create(

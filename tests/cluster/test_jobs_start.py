@@ -454,7 +454,7 @@ def test_plan_and_start_in_an_ungranted_namespace_are_403(
         "namespace": "someone-elses",
     }
     AllowListEntry.objects.create(kind="ClusterTrainingRuntime", name="dispatch-kind", for_jobs=True)
-    # plan used to answer (refused, namespace-not-granted) after reading the runtime: now it is 403 like start.
+    # plan used to answer (refused, namespace-not-granted) after reading the runtime: now 403 like start.
     assert api.post("/api/v1/plan", body, format="json").status_code == 403
     assert api.post("/api/v1/jobs", body, format="json").status_code == 403
     assert not Job.objects.exists()
