@@ -345,6 +345,11 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
         reasons += extra
     if reasons:
         raise _refused(owner, ref_text, request.namespace, reasons)
+    if kind == TRAINING_RUNTIME and runtime_namespace == session.namespace and ref.name == session.name:
+        raise SessionNameTaken(
+            f"TrainJob name {session.name!r} is the name of the TrainingRuntime it would run on: dispatch "
+            "names the TrainJob's runtime copy after the TrainJob, so choose another session name"
+        )
     assert body is not None
     try:
         with transaction.atomic():

@@ -31,10 +31,11 @@ PROBE = "launcher-probe"  # a container only the launcher pod has: the API serve
 
 
 def mpi_interactive(
-    namespace: str, name: str = "mpi-interactive", node_env: dict[str, str] | None = None
+    namespace: str, name: str = "mpi-runtime", node_env: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    """The shape of the seed's mpi-interactive runtime: an MPI launcher (the trainer ancestor, started only
-    once the nodes are Ready) and node replicated job, runLauncherAsNode. The nodes run `sleep infinity`
+    """The shape of the seed's mpi-interactive runtime: the MPI node replicated job and the launcher (the
+    trainer ancestor, started only once the nodes are Ready; JobSet wants it after the job it depends on),
+    runLauncherAsNode. The nodes run `sleep infinity`
     where the real runtime runs sshd."""
     node_container: dict[str, Any] = {"name": "node", "image": IMAGE, "command": ["sleep", "infinity"]}
     if node_env:
@@ -53,6 +54,10 @@ def mpi_interactive(
                     "network": {"publishNotReadyAddresses": True},
                     "successPolicy": {"operator": "All", "targetReplicatedJobs": ["launcher"]},
                     "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {"spec": {"template": {"spec": {"containers": [node_container]}}}},
+                        },
                         {
                             "name": "launcher",
                             "dependsOn": [{"name": "node", "status": "Ready"}],
@@ -73,10 +78,6 @@ def mpi_interactive(
                                     }
                                 },
                             },
-                        },
-                        {
-                            "name": "node",
-                            "template": {"spec": {"template": {"spec": {"containers": [node_container]}}}},
                         },
                     ],
                 }
@@ -148,8 +149,9 @@ def test_the_nine_end_to_end_checks_on_an_mpi_interactive_runtime(
 
     # 1. Open reaches a Running trainer pod: the launcher, never a node pod.
     response = api.post("/api/v1/sessions?wait=120", body, format="json")
-    assert response.status_code == 200, response.content
+    assert response.status_code == 200, response.json()["detail"]
     session = response.json()
+    assert session["state"] == "running", session["message"]
     assert (session["state"], session["trainjob_name"], session["container"]) == (
         "running",
         "mpi-interactive",
@@ -230,7 +232,7 @@ def test_open_times_out_without_ever_taking_a_node_pod_and_says_the_trainjob_exi
 ) -> None:
     # The node pods never get ready (their image cannot be pulled), so the launcher is never created.
     runtime = create_runtime(
-        kube, namespace, mpi_interactive(namespace, "stuck", {"KWOK_IMAGE_PULL_ERROR": "1"})
+        kube, namespace, mpi_interactive(namespace, "stuck-runtime", {"KWOK_IMAGE_PULL_ERROR": "1"})
     )
     response = api.post(
         "/api/v1/sessions?wait=30",
@@ -333,7 +335,7 @@ def test_an_mpi_runtime_without_the_trainer_label_falls_back_to_the_launcher(
     kube: Any, namespace: str, api: APIClient
 ) -> None:
     body = mpi_interactive(namespace, "unlabelled-mpi")
-    launcher = body["spec"]["template"]["spec"]["replicatedJobs"][0]
+    launcher = body["spec"]["template"]["spec"]["replicatedJobs"][1]
     del launcher["template"]["metadata"]
     # No job carries the trainer label: dispatch takes the launcher's pod (its probe container keeps it
     # running, since the Trainer now sets the session's command on no container).
@@ -358,6 +360,10 @@ def test_a_name_held_by_an_open_session_is_409(kube: Any, namespace: str, api: A
     )
     assert second.status_code == 409, second.content
     assert first.json()["id"] in second.json()["detail"]
+    # The runtime copy is named after the TrainJob: a session named like its TrainingRuntime cannot be.
+    clash = api.post("/api/v1/sessions", open_body(namespace, runtime, name=runtime), format="json")
+    assert clash.status_code == 409, clash.content
+    assert "choose another session name" in clash.json()["detail"]
     assert api.delete(f"/api/v1/sessions/{first.json()['id']}?wait=60").json()["state"] == "closed"
 
 
