@@ -66,7 +66,7 @@ def test_a_ranks_log_is_text_with_the_pod_named(submitter: tuple[User, str], run
 
 
 def test_follow_streams_while_the_pod_runs(submitter: tuple[User, str], running_job: str) -> None:
-    response = _api(submitter[1]).get(f"/api/v1/jobs/{running_job}/logs?rank=0&follow=true")
+    response: Any = _api(submitter[1]).get(f"/api/v1/jobs/{running_job}/logs?rank=0&follow=true")
     assert response.status_code == 200 and response.streaming
     # KWOK's ClusterLogs does not follow (follow: false), so the stream ends after the file.
     assert b"".join(response.streaming_content).decode().strip() == KWOK_LOG
