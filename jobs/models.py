@@ -272,27 +272,3 @@ class Session(models.Model):
         from runtimes.models import runtime_ref
 
         return runtime_ref(self.runtime_kind, self.runtime_namespace, self.runtime_name)
-
-
-class SessionExec(models.Model):
-    """One command run in a session (the audit log has it too; this is the session page's history)."""
-
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="execs")
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    at = models.DateTimeField(auto_now_add=True)
-    command = models.JSONField()  # as given: a string (run with sh -c) or a list
-    pod = models.CharField(max_length=253)
-    container = models.CharField(max_length=63)
-    returncode = models.IntegerField(null=True, blank=True)
-    bytes_out = models.PositiveBigIntegerField(default=0)
-    truncated = models.BooleanField(default=False)
-    duration_ms = models.PositiveIntegerField(default=0)
-    error = models.TextField(blank=True, default="")  # why no result came back (timeout, pod gone)
-
-    class Meta:
-        ordering = ["at", "id"]
-
-    def __str__(self) -> str:
-        return f"{self.session_id} exec {self.pk}"

@@ -31,7 +31,8 @@ from cluster import gateway
 from cluster.errors import ClusterError, NotFound, Rejected
 from dispatch_site import roles
 from dispatch_site.audit import audit_record
-from jobs.models import SESSION_NAME_HOLDERS, Session, SessionExec, SessionState
+from dispatch_site.models import AuditEvent
+from jobs.models import SESSION_NAME_HOLDERS, Session, SessionState
 from jobs.plan import (
     LAUNCHER,
     build_train_job,
@@ -73,6 +74,8 @@ PURPOSE: Final = "sessions"
 # The rules that make a session unusable; the job-only rules (identity, restarts, MPI) do not apply.
 SESSION_CODES: Final = frozenset({RUNTIME_NOT_ALLOWED, RUNTIME_NOT_FOUND, NO_TRAINER_JOB, NO_NODE_CONTAINER})
 WAIT_MAX_SECONDS: Final = 300
+AUDIT_OBJECT: Final = "session"
+EXEC_ACTION: Final = "session.exec"
 POLL_SECONDS: Final = 0.25
 PHASE_RUNNING: Final = "Running"
 FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
@@ -593,33 +596,23 @@ def _record_exec(
     returncode = output.returncode if output is not None else None
     bytes_out = output.bytes_out if output is not None else 0
     duration_ms = int((time.monotonic() - started) * 1000)
-    with transaction.atomic():
-        SessionExec.objects.create(
-            session=session,
-            actor=actor,
-            command=shown,
-            pod=session.pod,
-            container=container,
-            returncode=returncode,
-            bytes_out=bytes_out,
-            truncated=output.truncated if output is not None else False,
-            duration_ms=duration_ms,
-            error=error,
-        )
-        audit_record(
-            actor=actor,
-            action="session.exec",
-            object_type="session",
-            object_id=session.id,
-            details={
-                "pod": session.pod,
-                "container": container,
-                "command": shown,
-                "returncode": returncode,
-                "bytes_out": bytes_out,
-                "error": error,
-            },
-        )
+    # The audit log is the session's command history too (one row per command, one write).
+    audit_record(
+        actor=actor,
+        action=EXEC_ACTION,
+        object_type=AUDIT_OBJECT,
+        object_id=session.id,
+        details={
+            "pod": session.pod,
+            "container": container,
+            "command": shown,
+            "returncode": returncode,
+            "bytes_out": bytes_out,
+            "truncated": output.truncated if output is not None else False,
+            "duration_ms": duration_ms,
+            "error": error,
+        },
+    )
 
 
 # ---------------------------------------------------------------- close
@@ -716,3 +709,18 @@ def sessions_visible_to(user: Any) -> QuerySet[Session]:
 
 def session_for(user: Any, session_id: str) -> Session | None:
     return sessions_visible_to(user).filter(pk=session_id).first()
+
+
+def session_for_exec(user: Any, session_id: str) -> Session | None:
+    """The session a user asks to run a command in, read with one query on the owner's path (the hot one):
+    the owner, or someone who may read every session (and then is refused as not the owner); None when
+    the user may not see it."""
+    session = Session.objects.select_related("owner").filter(pk=session_id).first()
+    if session is None or session.owner_id == user.pk or roles.can_read_all_jobs(user):
+        return session
+    return None
+
+
+def session_history(session: Session) -> QuerySet[AuditEvent]:
+    """The commands run in a session, newest first: the audit log's exec rows for it."""
+    return AuditEvent.objects.filter(object_type=AUDIT_OBJECT, object_id=session.id, action=EXEC_ACTION)

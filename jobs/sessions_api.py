@@ -376,7 +376,9 @@ class SessionExecApi(APIView):
         summary="Run a command in the trainer pod (a string with sh -c, a list directly)",
     )
     def post(self, request: Request, session_id: str) -> Response:
-        session = _visible(request, session_id)
+        session = sessions.session_for_exec(request.user, session_id)
+        if session is None:
+            raise Http404("no such session")
         serializer = SessionExecRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data

@@ -49,7 +49,7 @@ def session_page(request: HttpRequest, session_id: str) -> HttpResponse:
     context = {
         "nav": "sessions",
         "session": session,
-        "execs": session.execs.select_related("actor").order_by("-at", "-id")[:200],
+        "execs": sessions.session_history(session)[:200],
         "can_close": session.state not in (SessionState.CLOSING, SessionState.CLOSED)
         and sessions.may_close(request.user, session),
         "poll": None if session.state in SETTLED else POLL_SECONDS,

@@ -74,44 +74,6 @@ class Migration(migrations.Migration):
                 "ordering": ["-created_at", "-id"],
             },
         ),
-        migrations.CreateModel(
-            name="SessionExec",
-            fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("at", models.DateTimeField(auto_now_add=True)),
-                ("command", models.JSONField()),
-                ("pod", models.CharField(max_length=253)),
-                ("container", models.CharField(max_length=63)),
-                ("returncode", models.IntegerField(blank=True, null=True)),
-                ("bytes_out", models.PositiveBigIntegerField(default=0)),
-                ("truncated", models.BooleanField(default=False)),
-                ("duration_ms", models.PositiveIntegerField(default=0)),
-                ("error", models.TextField(blank=True, default="")),
-                (
-                    "actor",
-                    models.ForeignKey(
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
-                (
-                    "session",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="execs", to="jobs.session"
-                    ),
-                ),
-            ],
-            options={
-                "ordering": ["at", "id"],
-            },
-        ),
         migrations.AddConstraint(
             model_name="session",
             constraint=models.UniqueConstraint(

@@ -12,8 +12,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from rest_framework.test import APIClient
 
+from dispatch_site.audit import audit_record
 from dispatch_site.models import AuditEvent
-from jobs.models import Session, SessionExec, SessionState
+from jobs.models import Session, SessionState
 from runtimes.models import AllowListEntry
 
 pytestmark = pytest.mark.django_db
@@ -134,7 +135,7 @@ def test_an_empty_or_malformed_command_is_400(
     response = user_api.post(f"/api/v1/sessions/{session.id}/exec", {"command": command}, format="json")
     assert response.status_code == 400, response.content
     assert list(response.json()) == ["command"]
-    assert not SessionExec.objects.exists()
+    assert not AuditEvent.objects.filter(action="session.exec").exists()
 
 
 def test_platform_may_read_a_session_but_only_its_owner_executes(
@@ -145,7 +146,7 @@ def test_platform_may_read_a_session_but_only_its_owner_executes(
     response = platform_api.post(f"/api/v1/sessions/{session.id}/exec", {"command": "id"}, format="json")
     assert response.status_code == 403, response.content
     assert "uma" in response.json()["detail"]
-    assert not SessionExec.objects.exists()
+    assert not AuditEvent.objects.filter(action="session.exec").exists()
     assert not AuditEvent.objects.filter(action="session.exec").exists()
 
 
@@ -210,22 +211,14 @@ def test_a_session_page_shows_the_trainer_pod_and_each_command_with_its_return_c
     plain_user: tuple[User, str],
 ) -> None:
     session = _session(plain_user[0])
-    SessionExec.objects.create(
-        session=session,
-        actor=plain_user[0],
-        command="exit 3",
-        pod=session.pod,
-        container="node",
-        returncode=3,
-    )
-    SessionExec.objects.create(
-        session=session,
-        actor=plain_user[0],
-        command=["true"],
-        pod=session.pod,
-        container="node",
-        returncode=0,
-    )
+    for command, code in (("exit 3", 3), (["true"], 0)):
+        audit_record(
+            actor=plain_user[0],
+            action="session.exec",
+            object_type="session",
+            object_id=session.id,
+            details={"pod": session.pod, "container": "node", "command": command, "returncode": code},
+        )
     page = _page_client(plain_user[0]).get(f"/sessions/{session.id}/").content.decode()
     assert session.pod in page
     assert 'data-returncode="3"' in page and 'data-returncode="0"' in page
