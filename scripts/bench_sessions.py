@@ -162,3 +162,52 @@ def report_lines(result: dict[str, Any]) -> list[str]:
         f"| p95 | {result['service_p95'] * 1000:.1f} | {result['direct_p95'] * 1000:.1f} | "
         f"{result['ratio_p95']:.2f} | {met(result['ratio_p95'])} |",
     ]
+
+
+def main() -> None:
+    """Only this measurement, on its own gunicorn server (make bench runs it with the rest)."""
+    import subprocess
+    import sys
+
+    from scripts import bench
+
+    kubeconfig = bench.cluster_kubeconfig()
+    env = {
+        "DATABASE_URL": os.environ.get(
+            "DATABASE_URL", "postgres://dispatch:dispatch@127.0.0.1:25432/dispatch"
+        ),
+        "REDIS_URL": bench.redis_url(),
+        "KUBECONFIG": kubeconfig,
+        "LOG_LEVEL": "WARNING",
+    }
+    token = bench.setup_django(env)
+    port = bench.free_port()
+    base = f"http://127.0.0.1:{port}"
+    command = [
+        str(bench.PY.parent / "gunicorn"),
+        "dispatch_site.wsgi:application",
+        "--bind",
+        f"127.0.0.1:{port}",
+    ]
+    command += ["--workers", str(bench.GUNICORN_WORKERS), "--log-level", "warning"]
+    server = subprocess.Popen(
+        command,
+        cwd=bench.REPO,
+        env=os.environ | env,
+    )
+    try:
+        bench.wait_http(f"{base}/healthz")
+        result = run(base, token, kubeconfig, bench.BENCH_NAMESPACE)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        bench.cleanup_django()
+    sys.stdout.write("\n".join(report_lines(result)) + "\n")
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    main()
