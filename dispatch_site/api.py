@@ -6,6 +6,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from django import db
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import exceptions, serializers, status
 from rest_framework.exceptions import ErrorDetail
@@ -17,6 +18,13 @@ logger = logging.getLogger(__name__)
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    # The database is down or restarting (or a lock wait was cut short): a 503 that names it, never a 500.
+    if isinstance(exc, (db.OperationalError, db.InterfaceError)):
+        logger.warning("database unavailable: %s", exc)
+        return Response(
+            {"detail": f"dependency down: database: {type(exc).__name__}: {str(exc).strip()[:300]}"},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+        )
     # A model-level ValidationError that slipped through is still the client's input, never a 500.
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}

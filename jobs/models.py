@@ -75,6 +75,9 @@ class Job(models.Model):
     last_known_state = models.CharField(max_length=16, blank=True, default="")  # while unknown
     unknown_since = models.DateTimeField(null=True, blank=True)
     current_attempt = models.PositiveIntegerField(default=0)
+    # The label domain the job's objects carry, fixed at submission: cancel finds them after the platform
+    # changed the site's domain ("" on rows older than this field: the site's current domain).
+    label_domain = models.CharField(max_length=253, blank=True, default="")
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     request_hash = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -148,6 +151,13 @@ class Execution(models.Model):
     observed_digest = models.CharField(max_length=64, blank=True, default="")
     started_at = models.DateTimeField(null=True, blank=True)  # first seen running
     objects_removed_at = models.DateTimeField(null=True, blank=True)  # attempt's objects deleted by dispatch
+    # Start's claim (jobs.services.execution_submit): one delivery chain at a time works on a pending
+    # execution; it holds the lease through its retry backoff, and a dead holder's lease runs out.
+    claim_holder = models.CharField(max_length=255, blank=True, default="")
+    claim_until = models.DateTimeField(null=True, blank=True)
+    # Cancel or refusal asked for the objects to go; the sweep re-enqueues the delete until
+    # objects_removed_at is set.
+    delete_requested_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["job", "attempt"]

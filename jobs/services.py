@@ -10,6 +10,7 @@ import copy
 import hashlib
 import json
 import logging
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from cluster import gateway
@@ -182,6 +184,7 @@ def job_submit(
                 message="refused: " + ", ".join(plan.codes) if refused else "",
                 idempotency_key=idempotency_key or None,
                 request_hash=fingerprint,
+                label_domain=site.label_domain,
             )
             if refused:
                 JobEvent.objects.create(
@@ -255,18 +258,80 @@ def _create_or_adopt(kind: str, body: dict[str, Any], label_domain: str, job_id:
         return existing
 
 
-def execution_submit(*, execution_id: int) -> None:
-    """Start one execution: re-check the runtime, create the TrainingRuntime copy, then the TrainJob on it,
-    then make the TrainJob the copy's owner. Idempotent; raises TransientSubmitError to be retried."""
-    execution = Execution.objects.select_related("job", "job__owner").filter(pk=execution_id).first()
-    if execution is None:
-        return
-    job = execution.job
-    if job.state != JobState.PENDING or execution.state != JobState.PENDING:
-        return  # a duplicate delivery, or the job was cancelled meanwhile
-    Execution.objects.filter(pk=execution.pk).update(submit_tries=execution.submit_tries + 1)
+# How long one delivery may work on a pending execution before another may take over (its worker died):
+# longer than one delivery's cluster calls (a few requests of KUBE_TIMEOUT_SECONDS each).
+SUBMIT_LEASE_SECONDS = 120
+
+# A job that could not be started because the cluster was unreachable is `unknown` with this last known state;
+# the sweep starts it again once its chain has run out.
+_STARTABLE = frozenset({JobState.PENDING, JobState.UNKNOWN})
+
+
+def _locked(execution_id: int) -> tuple[Job, Execution] | None:
+    """The execution and its job, row-locked in the one order every writer uses: job, then execution."""
+    job_id = Execution.objects.filter(pk=execution_id).values_list("job_id", flat=True).first()
+    if job_id is None:
+        return None
+    job = Job.objects.select_for_update().select_related("owner").filter(pk=job_id).first()
+    execution = Execution.objects.select_for_update().filter(pk=execution_id).first()
+    if job is None or execution is None:
+        return None
+    return job, execution
+
+
+def _startable(job: Job, execution: Execution) -> bool:
+    """Is this pending execution the one its job waits for? (`unknown`: it never reached the cluster)"""
+    if execution.state != JobState.PENDING or execution.attempt < job.current_attempt:
+        return False
+    if job.state == JobState.UNKNOWN:
+        return job.last_known_state == JobState.PENDING
+    return job.state == JobState.PENDING
+
+
+def _claim(execution_id: int, holder: str) -> tuple[Job, Execution] | None:
+    """Take the execution for this delivery chain before any cluster work, or None: it is no longer pending
+    (a duplicate delivery, a cancel) or another chain holds it. A chain's next delivery (same holder)
+    takes it again; a dead holder's lease runs out."""
+    now = timezone.now()
+    with transaction.atomic():
+        locked = _locked(execution_id)
+        if locked is None:
+            return None
+        job, execution = locked
+        if not _startable(job, execution):
+            return None
+        lease_free = (
+            execution.claim_until is None or execution.claim_until < now or execution.claim_holder == holder
+        )
+        if not lease_free:
+            return None
+        Execution.objects.filter(pk=execution.pk).update(
+            claim_holder=holder,
+            claim_until=now + timedelta(seconds=SUBMIT_LEASE_SECONDS),
+            submit_tries=F("submit_tries") + 1,
+        )
+    return job, execution
+
+
+def _hold(execution_id: int, holder: str, seconds: float) -> None:
+    """The chain backs off for `seconds`: it keeps its claim meanwhile, so the sweep adds no second chain."""
+    Execution.objects.filter(pk=execution_id, claim_holder=holder, state=JobState.PENDING).update(
+        claim_until=timezone.now() + timedelta(seconds=seconds + SUBMIT_LEASE_SECONDS)
+    )
+
+
+def execution_submit(*, execution_id: int, holder: str | None = None, retry_in: float = 0.0) -> None:
+    """Start one execution: claim it, re-check the runtime, create the TrainingRuntime copy, then the TrainJob
+    on it, then make the TrainJob the copy's owner. Idempotent; raises TransientSubmitError to be retried
+    (after `retry_in` seconds, through which this chain, `holder`, keeps its claim)."""
+    holder = holder or f"call-{uuid.uuid4().hex}"
+    claimed = _claim(execution_id, holder)
+    if claimed is None:
+        return  # a duplicate delivery, cancelled meanwhile, or another delivery is starting it
+    job, execution = claimed
     spec = JobSpec.from_dict(job.spec)
     site = SiteSettings.load()
+    label_domain = job.label_domain or site.label_domain
     try:
         # The runtime may have changed since the plan: judge it again and build from what is judged now.
         plan, runtime = job_plan(
@@ -278,67 +343,80 @@ def execution_submit(*, execution_id: int) -> None:
             stored_runtime=job.runtime_snapshot if execution.attempt > 1 else None,
         )
         if plan.refused:
-            _refuse_at_start(job, execution, plan)
+            _refuse_at_start(job, execution, plan, holder)
             return
         assert plan.training_runtime is not None and plan.train_job is not None
-        copy = _create_or_adopt(TRAINING_RUNTIME, plan.training_runtime, site.label_domain, job.id)
+        copy = _create_or_adopt(TRAINING_RUNTIME, plan.training_runtime, label_domain, job.id)
         try:
-            trainjob = _create_or_adopt(TRAINJOB, plan.train_job, site.label_domain, job.id)
+            trainjob = _create_or_adopt(TRAINJOB, plan.train_job, label_domain, job.id)
         except Rejected as exc:
             if _copy_not_seen_yet(exc):
                 # The copy exists (created or adopted just above): the Trainer has not seen it yet.
                 raise TransientSubmitError(str(exc)) from exc
             raise
         _own_copy(copy, trainjob)
+    except TransientSubmitError:
+        _hold(execution.pk, holder, retry_in)
+        raise
     except Rejected as exc:
-        _fail_config(job, execution, exc)
+        _fail_config(job, execution, exc, holder)
         return
     except NotFound as exc:
         # The namespace does not exist (or vanished): nothing to retry.
-        _fail_config(job, execution, exc)
+        _fail_config(job, execution, exc, holder)
         return
     except ClusterError as exc:
         if exc.transient:
+            _hold(execution.pk, holder, retry_in)
             raise TransientSubmitError(str(exc)) from exc
-        _fail_config(job, execution, exc)
+        _fail_config(job, execution, exc, holder)
         return
 
     now = timezone.now()
     # The job shows the identity warnings of the runtime that actually ran: the one judged just now.
     warnings = list(plan.identity_warnings)
+    moved = False
     with transaction.atomic():
-        Execution.objects.filter(pk=execution.pk, state=JobState.PENDING).update(
-            state=JobState.QUEUED, submitted_at=now
-        )
-        moved = _transition(
-            job,
-            {JobState.PENDING},
-            JobState.QUEUED,
-            current_attempt=execution.attempt,
-            plan=plan.to_dict(),
-            runtime_snapshot=runtime.body if runtime else None,
-            identity_warnings=warnings,
-            message=f"TrainJob {job.namespace}/{execution.trainjob_name} created",
-        )
-        if moved and warnings != list(job.identity_warnings or []):
-            _event(
-                job,
-                "identity-warnings",
-                _warnings_changed(warnings),
-                execution.attempt,
-                before=list(job.identity_warnings or []),
-                after=warnings,
+        locked = _locked(execution.pk)
+        current = locked[0] if locked else None
+        if locked is not None and _startable(*locked) and locked[1].claim_holder == holder:
+            job = locked[0]
+            Execution.objects.filter(pk=execution.pk).update(
+                state=JobState.QUEUED, submitted_at=now, claim_holder="", claim_until=None
             )
-        if moved:
+            moved = _transition(
+                job,
+                _STARTABLE,
+                JobState.QUEUED,
+                current_attempt=execution.attempt,
+                plan=plan.to_dict(),
+                runtime_snapshot=runtime.body if runtime else None,
+                identity_warnings=warnings,
+                last_known_state="",
+                unknown_since=None,
+                message=f"TrainJob {job.namespace}/{execution.trainjob_name} created",
+            )
+            if not moved:  # impossible under the locks; never leave the execution ahead of its job
+                raise RuntimeError(f"job {job.id} changed under its row lock")
+            if warnings != list(job.identity_warnings or []):
+                _event(
+                    job,
+                    "identity-warnings",
+                    _warnings_changed(warnings),
+                    execution.attempt,
+                    before=list(job.identity_warnings or []),
+                    after=warnings,
+                )
             _event(
                 job,
                 "created",
                 f"created TrainJob {job.namespace}/{execution.trainjob_name}",
                 execution.attempt,
             )
-    if not moved:
-        # Cancelled while we were creating: take down what we just made.
-        _delete_execution_objects(job, execution)
+    if not moved and current is not None and current.state == JobState.CANCELLED:
+        # Cancelled while we were creating (its delete may have run before our create): take down what we
+        # just made. Any other reason (another delivery took over after our lease ran out) leaves it alone.
+        _delete_execution_objects(current, execution)
 
 
 # The Trainer's TrainJob webhook reads runtimes through its informer cache, which can lag right after the
@@ -379,74 +457,110 @@ def _own_copy(copy: dict[str, Any], trainjob: dict[str, Any]) -> None:
     )
 
 
-def _refuse_at_start(job: Job, execution: Execution, plan: Plan) -> None:
+def _refuse_at_start(job: Job, execution: Execution, plan: Plan, holder: str) -> None:
     reasons = [r.to_dict() for r in plan.reasons if not r.waived]
+    now = timezone.now()
     with transaction.atomic():
-        if _transition(
+        locked = _locked(execution.pk)
+        if locked is None or not _startable(*locked) or locked[1].claim_holder != holder:
+            return
+        job = locked[0]
+        _transition(
             job,
-            {JobState.PENDING},
+            _STARTABLE,
             JobState.REFUSED,
             reasons=reasons,
             plan=plan.to_dict(),
             message="refused at start: " + ", ".join(r["code"] for r in reasons),
-        ):
-            Execution.objects.filter(pk=execution.pk).update(
-                state=JobState.REFUSED, finished_at=timezone.now()
-            )
-            _event(
-                job,
-                "refused",
-                "the runtime broke a rule between plan and start",
-                execution.attempt,
-                reasons=reasons,
-            )
-            audit_record(
-                actor=None,
-                action="job.refuse",
-                object_type="job",
-                object_id=job.id,
-                details={"codes": [r["code"] for r in reasons], "at": "start"},
-            )
-
-
-def _fail_config(job: Job, execution: Execution, exc: ClusterError) -> None:
-    message = f"{exc.target}: {exc.message}"
-    with transaction.atomic():
-        if _transition(
+        )
+        Execution.objects.filter(pk=execution.pk).update(
+            state=JobState.REFUSED,
+            finished_at=now,
+            claim_holder="",
+            claim_until=None,
+            delete_requested_at=now,
+        )
+        _event(
             job,
-            {JobState.PENDING},
+            "refused",
+            "the runtime broke a rule between plan and start",
+            execution.attempt,
+            reasons=reasons,
+        )
+        audit_record(
+            actor=None,
+            action="job.refuse",
+            object_type="job",
+            object_id=job.id,
+            details={"codes": [r["code"] for r in reasons], "at": "start"},
+        )
+    # An earlier delivery of this execution may have created the copy and the TrainJob: take them down
+    # (the sweep finishes it when the cluster cannot be reached now).
+    _delete_execution_objects(job, execution)
+
+
+def _fail_config(job: Job, execution: Execution, exc: ClusterError, holder: str) -> None:
+    message = f"{exc.target}: {exc.message}"
+    now = timezone.now()
+    with transaction.atomic():
+        locked = _locked(execution.pk)
+        if locked is None or not _startable(*locked) or locked[1].claim_holder != holder:
+            return
+        job = locked[0]
+        _transition(
+            job,
+            _STARTABLE,
             JobState.FAILED,
             cause=Cause.CONFIG_ERROR,
             message=message,
             evidence=[{"object": exc.target, "field": f"HTTP {exc.status}", "value": exc.message}],
-        ):
-            Execution.objects.filter(pk=execution.pk).update(
-                state=JobState.FAILED, cause=Cause.CONFIG_ERROR, message=message, finished_at=timezone.now()
-            )
-            _event(job, "failed", message, execution.attempt, cause=Cause.CONFIG_ERROR)
+        )
+        Execution.objects.filter(pk=execution.pk).update(
+            state=JobState.FAILED,
+            cause=Cause.CONFIG_ERROR,
+            message=message,
+            finished_at=now,
+            claim_holder="",
+            claim_until=None,
+            delete_requested_at=now,
+        )
+        _event(job, "failed", message, execution.attempt, cause=Cause.CONFIG_ERROR)
     # A TrainJob rejected after its runtime copy was created leaves the copy without an owner.
     _delete_execution_objects(job, execution)
 
 
-def execution_give_up(*, execution_id: int, error: str) -> None:
-    """The submission's transient retries are exhausted: the job's cluster state is unknown."""
-    execution = Execution.objects.select_related("job").filter(pk=execution_id).first()
-    if execution is None:
-        return
-    job = execution.job
-    if _transition(
-        job, {JobState.PENDING}, JobState.UNKNOWN, message=f"could not reach the cluster: {error}"
-    ):
-        _event(job, "unknown", f"submission retries exhausted: {error}", execution.attempt)
+def execution_give_up(*, execution_id: int, error: str, holder: str) -> None:
+    """This chain's transient retries are exhausted: the job is `unknown` (last known state pending, since
+    now) and the claim is released, so the sweep starts the execution again once the cluster answers."""
+    now = timezone.now()
+    with transaction.atomic():
+        locked = _locked(execution_id)
+        if locked is None:
+            return
+        job, execution = locked
+        if not _startable(job, execution) or execution.claim_holder != holder:
+            return  # another chain holds it, or it moved on
+        Execution.objects.filter(pk=execution.pk).update(claim_holder="", claim_until=None)
+        if job.state == JobState.PENDING:
+            _transition(
+                job,
+                {JobState.PENDING},
+                JobState.UNKNOWN,
+                last_known_state=JobState.PENDING,
+                unknown_since=now,
+                message=f"could not reach the cluster: {error}",
+            )
+            _event(job, "unknown", f"submission retries exhausted: {error}", execution.attempt)
 
 
 def _delete_execution_objects(job: Job, execution: Execution, *, retry_transient: bool = False) -> None:
     """Delete the TrainJob; the garbage collector then deletes its JobSet and the runtime copy it owns.
     A copy without that owner (the TrainJob was never created, or we stopped before the ownerReference)
-    is deleted here. Only objects carrying this job's label are touched: a name that collided with
-    somebody else's object is never deleted. Best effort unless retry_transient (the delete task)."""
+    is deleted here. Only objects carrying this job's label (in the domain stored with the job) are touched:
+    a name that collided with somebody else's object is never deleted. Done: objects_removed_at is set.
+    Best effort unless retry_transient (the delete task)."""
     name = execution.trainjob_name
-    label_domain = SiteSettings.load().label_domain
+    label_domain = job.label_domain or SiteSettings.load().label_domain
     try:
         trainjob = gateway.get_namespaced(TRAINJOB, job.namespace, name)
         if trainjob is not None and _ours(trainjob, label_domain, job.id):
@@ -461,11 +575,16 @@ def _delete_execution_objects(job: Job, execution: Execution, *, retry_transient
         logger.warning("could not delete the objects of %s/%s: %s", job.namespace, name, exc)
         if exc.transient and retry_transient:
             raise TransientSubmitError(str(exc)) from exc
+        return
+    Execution.objects.filter(pk=execution.pk).update(objects_removed_at=timezone.now())
 
 
 def job_cancel(*, actor: Any, job: Job) -> Job:
-    """Cancel a job: the state changes at once; a task deletes the TrainJob (and its runtime copy)."""
+    """Cancel a job: the state changes at once; a task deletes the TrainJob (and its runtime copy), and the
+    sweep enqueues that task again until the objects are gone."""
+    now = timezone.now()
     with transaction.atomic():
+        Job.objects.select_for_update().filter(pk=job.pk).first()  # job first, then execution
         if not _transition(
             job,
             ACTIVE_STATES,
@@ -477,12 +596,16 @@ def job_cancel(*, actor: Any, job: Job) -> Job:
             raise JobNotCancellable(
                 f"job {job.id} is {job.state}; only a job that has not finished can be cancelled"
             )
-        execution = job.executions.order_by("-attempt").first()
+        execution = Execution.objects.select_for_update().filter(job=job).order_by("-attempt").first()
         if execution is not None:
             Execution.objects.filter(pk=execution.pk, state__in=ACTIVE_STATES).update(
-                state=JobState.CANCELLED, cause=Cause.CANCELLED, finished_at=timezone.now()
+                state=JobState.CANCELLED, cause=Cause.CANCELLED, finished_at=now
             )
-            transaction.on_commit(lambda: _enqueue_cancel(execution.pk), robust=True)
+            Execution.objects.filter(pk=execution.pk).update(
+                delete_requested_at=now, objects_removed_at=None, claim_holder="", claim_until=None
+            )
+            execution_id = execution.pk
+            transaction.on_commit(lambda: _enqueue_cancel(execution_id), robust=True)
         _event(job, "cancelled", f"cancelled by {actor.get_username()}")
         audit_record(actor=actor, action="job.cancel", object_type="job", object_id=job.id)
     job.refresh_from_db()
@@ -496,20 +619,36 @@ def _enqueue_cancel(execution_id: int) -> None:
 
 
 STALE_PENDING_SECONDS = 60
+# A delete task's own retries take about 3 minutes: the sweep enqueues it again only after that.
+STALE_DELETE_FACTOR = 5
 
 
 def executions_resubmit_stale(*, older_than_seconds: int = STALE_PENDING_SECONDS) -> list[int]:
-    """Enqueue again every execution still pending well after it was accepted: its task was lost (the
-    broker was down at submission, or a message expired). Starting an execution is idempotent."""
-    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    """Enqueue again what was accepted but whose task was lost (the broker was down, a message expired, a
+    worker died) or ran out of retries during an outage: a pending execution no chain holds, and a delete
+    (cancel, refusal) whose objects are not yet removed. Both tasks are idempotent."""
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=older_than_seconds)
+    unclaimed = Q(claim_until__isnull=True) | Q(claim_until__lt=now)
+    startable = Q(job__state=JobState.PENDING) | Q(
+        job__state=JobState.UNKNOWN, job__last_known_state=JobState.PENDING
+    )
     stale = list(
-        Execution.objects.filter(
-            state=JobState.PENDING, job__state=JobState.PENDING, created_at__lt=cutoff
-        ).values_list("pk", flat=True)
+        Execution.objects.filter(startable, unclaimed, state=JobState.PENDING, created_at__lt=cutoff)
+        .filter(attempt__gte=F("job__current_attempt"))
+        .values_list("pk", flat=True)
     )
     for execution_id in stale:
         _enqueue_submit(execution_id)
-    return stale
+    delete_cutoff = now - timedelta(seconds=older_than_seconds * STALE_DELETE_FACTOR)
+    deletes = list(
+        Execution.objects.filter(
+            delete_requested_at__lte=delete_cutoff, objects_removed_at__isnull=True
+        ).values_list("pk", flat=True)
+    )
+    for execution_id in deletes:
+        _enqueue_cancel(execution_id)
+    return stale + deletes
 
 
 def execution_delete(*, execution_id: int) -> None:
@@ -517,3 +656,20 @@ def execution_delete(*, execution_id: int) -> None:
     if execution is None:
         return
     _delete_execution_objects(execution.job, execution, retry_transient=True)
+
+
+def execution_delete_gave_up(*, execution_id: int, error: str) -> None:
+    """The delete task's retries are exhausted: say so on the job's timeline; the sweep tries again."""
+    execution = Execution.objects.select_related("job").filter(pk=execution_id).first()
+    if execution is None:
+        return
+    Execution.objects.filter(pk=execution.pk, delete_requested_at__isnull=True).update(
+        delete_requested_at=timezone.now()
+    )
+    _event(
+        execution.job,
+        "delete-pending",
+        f"could not delete TrainJob {execution.job.namespace}/{execution.trainjob_name} yet ({error}); "
+        "the sweep tries again",
+        execution.attempt,
+    )

@@ -18,16 +18,20 @@ def _backoff(retries: int) -> int:
 
 @shared_task(bind=True, name="jobs.tasks.execution_submit", acks_late=True, max_retries=MAX_SUBMIT_RETRIES)
 def execution_submit(self: Any, execution_id: int) -> None:
+    """One delivery chain: its task id (kept across its retries and a redelivery) is its claim on the
+    execution, so a second chain (the sweep's) does nothing while this one works or backs off."""
     from jobs import services
 
+    holder = str(self.request.id or "")
+    countdown = _backoff(self.request.retries)
     try:
-        services.execution_submit(execution_id=execution_id)
+        services.execution_submit(execution_id=execution_id, holder=holder or None, retry_in=countdown)
     except services.TransientSubmitError as exc:
         if self.request.retries >= MAX_SUBMIT_RETRIES:
-            services.execution_give_up(execution_id=execution_id, error=str(exc))
+            services.execution_give_up(execution_id=execution_id, error=str(exc), holder=holder)
             return
         logger.warning("execution %s: transient error, retrying: %s", execution_id, exc)
-        raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+        raise self.retry(exc=exc, countdown=countdown) from exc
 
 
 @shared_task(bind=True, name="jobs.tasks.execution_delete", acks_late=True, max_retries=MAX_SUBMIT_RETRIES)
@@ -37,17 +41,21 @@ def execution_delete(self: Any, execution_id: int) -> None:
     try:
         services.execution_delete(execution_id=execution_id)
     except services.TransientSubmitError as exc:
+        if self.request.retries >= MAX_SUBMIT_RETRIES:
+            services.execution_delete_gave_up(execution_id=execution_id, error=str(exc))
+            return
         raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
 
 
 @shared_task(name="jobs.tasks.executions_resubmit_stale", ignore_result=True)
 def executions_resubmit_stale() -> None:
-    """Beat: accepted work whose task was lost is enqueued again (the job row is the source of truth)."""
+    """Beat: accepted work whose task was lost or ran out of retries (a start no chain holds, a delete not
+    done) is enqueued again (the job row is the source of truth)."""
     from jobs import services
 
     stale = services.executions_resubmit_stale()
     if stale:
-        logger.warning("re-enqueued %d stale pending executions: %s", len(stale), stale)
+        logger.warning("re-enqueued %d stale starts and deletes: %s", len(stale), stale)
 
 
 # ---------------------------------------------------------------- supervision

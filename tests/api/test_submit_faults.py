@@ -46,9 +46,10 @@ def test_the_task_retries_then_gives_up_into_unknown(plain_user: Any) -> None:
     execution = _pending(plain_user[0])
     # In-process tasks re-raise the retry that a worker would schedule (countdown: the backoff).
     with pytest.raises(Retry, match=r"Retry in 1s"):
-        execution_submit.apply(args=(execution.pk,))
+        execution_submit.apply(args=(execution.pk,), task_id="chain")
     assert Job.objects.get(pk=execution.job_id).state == JobState.PENDING
-    last = execution_submit.apply(args=(execution.pk,), retries=MAX_SUBMIT_RETRIES)
+    # The chain's last delivery: the same task id as its first (a retry keeps it).
+    last = execution_submit.apply(args=(execution.pk,), retries=MAX_SUBMIT_RETRIES, task_id="chain")
     assert last.state == "SUCCESS"
     job = Job.objects.get(pk=execution.job_id)
     assert job.state == JobState.UNKNOWN

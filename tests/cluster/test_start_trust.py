@@ -174,7 +174,7 @@ def test_the_trainers_runtime_not_found_denial_is_retried_not_a_config_error(
 
     monkeypatch.setattr(gateway, "create_namespaced", lagging_create)
     with pytest.raises(services.TransientSubmitError, match="must be created before the TrainJob"):
-        services.execution_submit(execution_id=execution.pk)
+        services.execution_submit(execution_id=execution.pk, holder="chain-1")
     assert len(denials) == 1  # the real webhook answered
     job = Job.objects.get(pk=job_id)
     assert (job.state, job.cause) == (JobState.PENDING, "")  # still waiting for its retry, not failed
@@ -184,7 +184,7 @@ def test_the_trainers_runtime_not_found_denial_is_retried_not_a_config_error(
     )
     assert copy["metadata"]["labels"]["dispatch.dev/job"] == job_id
 
-    services.execution_submit(execution_id=execution.pk)  # the retry
+    services.execution_submit(execution_id=execution.pk, holder="chain-1")  # the chain's retry
     job.refresh_from_db()
     assert job.state == JobState.QUEUED, job.message
     trainjob = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", f"{job_id}-1")
