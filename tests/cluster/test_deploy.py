@@ -246,6 +246,7 @@ def granted(dispatch_serviceaccount: DispatchServiceAccount, namespace: str) -> 
         ("list", "pods"),
         ("get", "pods", "--subresource=log"),
         ("create", "pods", "--subresource=exec"),
+        ("get", "pods", "--subresource=exec"),
         ("list", "events"),
     ],
 )
