@@ -379,3 +379,23 @@ def test_someone_elses_running_session_is_403_to_execute(
     assert response.status_code == 403, response.content
     assert not AuditEvent.objects.filter(action="session.exec").exists()
     assert api.delete(f"/api/v1/sessions/{session['id']}?wait=60").json()["state"] == "closed"
+
+
+def test_pods_outliving_the_close_timeout_leave_a_warning_on_the_closed_session(
+    kube: Any, namespace: str, api: APIClient, settings: Any
+) -> None:
+    runtime = plain_runtime(kube, namespace)
+    session = api.post(
+        "/api/v1/sessions?wait=60", open_body(namespace, runtime, num_nodes=2), format="json"
+    ).json()
+    assert session["state"] == "running"
+    # No time at all for the garbage collector: the pods are still there when close looks.
+    settings.SESSION_CLOSE_TIMEOUT_SECONDS = 0
+    closed = api.delete(f"/api/v1/sessions/{session['id']}").json()
+    assert closed["state"] == "closed"
+    assert f"of TrainJob {namespace}/{session['id']} still existed 0s after close" in closed["warning"]
+    assert session["pod"] in closed["warning"]
+    assert not trainjob_exists(kube, namespace, session["id"])
+    wait_for(
+        lambda: pods_of(kube, namespace, session["id"]) == [], what="the garbage collector to remove the pods"
+    )
