@@ -13,7 +13,7 @@ RUN := $(VAR)/run
 TEST_DATABASE_URL ?= postgres://dispatch:dispatch@127.0.0.1:25432/dispatch
 TEST_REDIS_URL ?= redis://127.0.0.1:26379/1
 
-.PHONY: help venv up down status test lint bench image cluster-build cluster-up cluster-down
+.PHONY: help venv up down status test lint bench chaos image cluster-build cluster-up cluster-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -67,6 +67,11 @@ test: venv $(SDK_VENV)/.installed ## install and start PostgreSQL, Redis and the
 	scripts/cluster build
 	$(MAKE) --no-print-directory lint
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+chaos: venv ## 200 jobs through worker kills, Redis/PostgreSQL restarts and a 30 s API outage (its own PostgreSQL and Redis; CHAOS_SEED=n replays)
+	scripts/cluster build
+	scripts/cluster up >/dev/null
+	$(PY) scripts/chaos.py --jobs $${CHAOS_JOBS:-200} --seed $${CHAOS_SEED:-1}
 
 image: venv ## build the container image with buildah (deploy/image/build; check --deploy runs inside it)
 	deploy/image/build $(IMAGE_TAG)
