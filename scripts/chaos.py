@@ -148,6 +148,23 @@ class Stack:
             stdout=subprocess.DEVNULL,
         )
 
+    def stop_redis(self, port: int) -> None:
+        """Stop our Redis by the pid it reports (its pidfile is not always there to read)."""
+        info = subprocess.run(
+            ["redis-cli", "-p", str(port), "info", "server"], capture_output=True, text=True, check=False
+        ).stdout
+        pids = [line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("process_id:")]
+        if not pids:
+            return
+        pid = int(pids[0])
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         out = (self.run_dir / f"{name}.log").open("ab")
         return subprocess.Popen(args, cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT)
@@ -409,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     worker_picks = [rng.randrange(args.workers) for _ in range(kills)]
 
     figures = Figures()
+    kill_lock = threading.Lock()
     accepted: dict[int, str] = {}
     started = time.monotonic()
     fault_log: list[dict[str, Any]] = []
@@ -418,15 +436,16 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(max(0.0, started + at - time.monotonic()))
         t = round(time.monotonic() - started, 1)
         if what == "kill-worker":
-            index = worker_picks.pop()
-            victim = stack.workers[index]
-            victim.send_signal(signal.SIGKILL)
-            victim.wait()
-            time.sleep(1)
-            stack.start_worker(index)
+            with kill_lock:  # one kill at a time: each restarted worker is tracked, none leaks
+                index = worker_picks.pop()
+                victim = stack.workers[index]
+                victim.send_signal(signal.SIGKILL)
+                victim.wait()
+                time.sleep(1)
+                stack.start_worker(index)
             fault_log.append({"at": t, "fault": f"SIGKILL worker {index} (pid {victim.pid}), restarted"})
         elif what == "redis":
-            stack.services("down", "redis")
+            stack.stop_redis(args.redis_port)
             time.sleep(5)
             stack.services("up", "redis")
             fault_log.append({"at": t, "fault": "Redis stopped for 5 s (its queues lost), started again"})
@@ -584,7 +603,8 @@ def main(argv: list[str] | None = None) -> int:
 
     stack.stop()
     connections.close_all()
-    stack.services("down")
+    stack.services("down", "postgres")
+    stack.stop_redis(args.redis_port)
     with contextlib.suppress(Exception):
         core.delete_namespace(namespace, propagation_policy="Background")
     ok = all(v == 0 for v in figures_out.values()) and len(accepted) == args.jobs
