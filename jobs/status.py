@@ -1057,30 +1057,22 @@ def _waiting(
     if unschedulable:
         pod = min(unschedulable, key=lambda p: p["unschedulable"].get("since") or "~")
         info = pod["unschedulable"]
-        since = parse_time(info.get("since"))
         message = info.get("message") or _latest_event_message(events, pod["name"], "FailedScheduling")
-        status.queued_reason = {
-            "reason": "unschedulable",
-            "message": message,
-            "since": info.get("since"),
-            "pod": pod["name"],
-        }
-        if since and (ctx.now - since).total_seconds() >= ctx.thresholds.no_capacity_after:
-            status.state = FAILED
-            status.cause = NO_CAPACITY
-            status.rank = pod.get("rank")
-            waited = int((ctx.now - since).total_seconds())
-            status.message = f"rank {pod.get('rank')} could not be scheduled for {waited} s: {message}"
-            status.evidence = [
-                _ev(
-                    _pod_ref(pod),
-                    "status.conditions[PodScheduled]",
-                    f"{info.get('reason')}: {message}",
-                    info.get("since"),
-                ),
-                *status.evidence,
-            ]
-            status.stop = True
+        _wait_or_fail(
+            status,
+            ctx,
+            pod,
+            reason="unschedulable",
+            cause=NO_CAPACITY,
+            message=message,
+            since_text=info.get("since"),
+            threshold=ctx.thresholds.no_capacity_after,
+            evidence=(
+                "status.conditions[PodScheduled]",
+                f"{info.get('reason')}: {message}",
+            ),
+            doing="be scheduled",
+        )
         return
     for pod in live:
         for row in pod.get("containers", []) + pod.get("init_containers", []):
@@ -1090,31 +1082,48 @@ def _waiting(
                 since_text = _first_event_time(
                     events, pod["name"], ("Failed", "BackOff", "ErrImageNeverPull")
                 ) or pod.get("created")
-                since = parse_time(since_text)
                 message = row.get("waiting_message") or waiting
-                status.queued_reason = {
-                    "reason": cause,
-                    "message": f"{waiting}: {message}",
-                    "since": since_text,
-                    "pod": pod["name"],
-                }
-                if since and (ctx.now - since).total_seconds() >= ctx.thresholds.stuck_after:
-                    status.state = FAILED
-                    status.cause = cause
-                    status.rank = pod.get("rank")
-                    waited = int((ctx.now - since).total_seconds())
-                    status.message = f"rank {pod.get('rank')} could not start for {waited} s: {waiting}"
-                    status.evidence = [
-                        _ev(
-                            _pod_ref(pod),
-                            f"status.containerStatuses[{row['name']}].state.waiting.reason",
-                            waiting,
-                            since_text,
-                        ),
-                        *status.evidence,
-                    ]
-                    status.stop = True
+                _wait_or_fail(
+                    status,
+                    ctx,
+                    pod,
+                    reason=cause,
+                    cause=cause,
+                    message=f"{waiting}: {message}",
+                    since_text=since_text,
+                    threshold=ctx.thresholds.stuck_after,
+                    evidence=(f"status.containerStatuses[{row['name']}].state.waiting.reason", waiting),
+                    doing="start",
+                )
                 return
+
+
+def _wait_or_fail(
+    status: DerivedStatus,
+    ctx: Context,
+    pod: Mapping[str, Any],
+    *,
+    reason: str,
+    cause: str,
+    message: str,
+    since_text: str | None,
+    threshold: float,
+    evidence: tuple[str, Any],
+    doing: str,
+) -> None:
+    """A waiting cause: the queued reason, and past its threshold a failure with that cause (dispatch then
+    stops the TrainJob: it would never run)."""
+    status.queued_reason = {"reason": reason, "message": message, "since": since_text, "pod": pod["name"]}
+    since = parse_time(since_text)
+    if since is None or (ctx.now - since).total_seconds() < threshold:
+        return
+    waited = int((ctx.now - since).total_seconds())
+    status.state = FAILED
+    status.cause = cause
+    status.rank = pod.get("rank")
+    status.message = f"rank {pod.get('rank')} could not {doing} for {waited} s: {message}"
+    status.evidence = [_ev(_pod_ref(pod), evidence[0], evidence[1], since_text), *status.evidence]
+    status.stop = True
 
 
 def _latest_event_message(events: Sequence[EventView], pod_name: str, reason: str) -> str:

@@ -16,7 +16,6 @@ pure jobs.status.derive, and writes what changed:
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -25,7 +24,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -405,7 +404,7 @@ def apply_status(*, execution_id: int, status: DerivedStatus) -> bool:
                 cause=status.cause or "",
                 details={"backoff_seconds": decision.backoff_seconds, "why": decision.why},
             )
-            transaction.on_commit(lambda: _enqueue_delete(execution_id), robust=True)
+            _request_delete(execution_id, now)
             return True
         job_fields.update(state=status.state, state_changed_at=now)
         if decision is not None:
@@ -415,7 +414,7 @@ def apply_status(*, execution_id: int, status: DerivedStatus) -> bool:
         Job.objects.filter(pk=job.pk).update(**job_fields)
         if status.stop:
             # dispatch ended it (a waiting cause ran out, the promise broke, the runtime is gone): stop it.
-            transaction.on_commit(lambda: _enqueue_delete(execution_id), robust=True)
+            _request_delete(execution_id, now)
     return True
 
 
@@ -468,9 +467,24 @@ def _start_due_retries() -> int:
                 job=job, attempt=attempt, trainjob_name=trainjob_name(job.pk, attempt)
             )
             _event(job.pk, attempt, "attempt", f"starting attempt {attempt}")
-            transaction.on_commit(functools.partial(_enqueue_submit, execution.pk), robust=True)
+            transaction.on_commit(_submit_on_commit(execution.pk), robust=True)
         started += 1
     return started
+
+
+def _request_delete(execution_id: int, now: datetime) -> None:
+    """Remove the attempt's objects: recorded first, so the stale sweep redoes it if the message is lost."""
+    Execution.objects.filter(pk=execution_id).update(delete_requested_at=now, objects_removed_at=None)
+    transaction.on_commit(lambda: _enqueue_delete(execution_id), robust=True)
+
+
+def _submit_on_commit(execution_id: int) -> Callable[[], None]:
+    # A named function, not functools.partial: Django's robust on_commit logs a failing callback by its
+    # __qualname__, which a partial lacks.
+    def submit() -> None:
+        _enqueue_submit(execution_id)
+
+    return submit
 
 
 def _enqueue_submit(execution_id: int) -> None:
