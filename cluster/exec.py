@@ -13,16 +13,20 @@ from __future__ import annotations
 import ast
 import json
 import re
+import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 import websocket
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.stream import stream
+from kubernetes.stream import stream, ws_client
+from kubernetes.stream.stream import _websocket_request
 from kubernetes.stream.ws_client import ERROR_CHANNEL, STDERR_CHANNEL, STDOUT_CHANNEL
 
 from cluster.client import api_client, request_timeout
@@ -128,6 +132,102 @@ def _exec_core() -> client.CoreV1Api:
     return cached
 
 
+class _Tls:
+    """The TLS side of this thread's exec connections to one API server: one SSLContext (its CA and client
+    certificate read from disk once, not per exec) and the last TLS session, offered again on the next
+    connection so the API server can resume it instead of a full handshake with certificate checks."""
+
+    def __init__(self, configuration: client.Configuration) -> None:
+        self.context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+        if configuration.assert_hostname is not None:
+            self.context.check_hostname = bool(configuration.assert_hostname)
+        if configuration.cert_file:
+            self.context.load_cert_chain(configuration.cert_file, configuration.key_file)
+        self.server_hostname = configuration.tls_server_name or None
+        self.session: ssl.SSLSession | None = None
+
+    def connect(self, url: str, timeout: float) -> ssl.SSLSocket:
+        parsed = urlparse(url)
+        host = parsed.hostname or ""
+        raw = socket.create_connection((host, parsed.port or 443), timeout=timeout)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock = self.context.wrap_socket(
+                raw, server_hostname=self.server_hostname or host, session=self.session
+            )
+        except BaseException:
+            raw.close()
+            raise
+        sock.settimeout(timeout)
+        return sock
+
+    def remember(self, sock: Any) -> None:
+        """Keep the connection's session (TLS 1.3 sends its ticket after the handshake, so read it late)."""
+        session = getattr(sock, "session", None)
+        if session is not None:
+            self.session = session
+
+
+def _tls(configuration: client.Configuration) -> _Tls | None:
+    """This thread's TLS state for the configuration; None when the exec should take kubernetes.stream's own
+    connection path (plain http, no certificate check, a proxy)."""
+    if not configuration.host.startswith("https://") or not configuration.verify_ssl or configuration.proxy:
+        return None
+    cached: _Tls | None = getattr(_local, "tls", None)
+    if cached is None or getattr(_local, "tls_configuration", None) is not configuration:
+        cached = _Tls(configuration)
+        _local.tls = cached
+        _local.tls_configuration = configuration
+    return cached
+
+
+class _ExecClient(ws_client.WSClient):
+    """kubernetes.stream's WSClient on a socket from _Tls (the library opens a new SSLContext per call)."""
+
+    def __init__(self, tls: _Tls, url: str, headers: dict[str, str] | None, timeout: float) -> None:
+        self._connected = False
+        self._channels: dict[int, Any] = {}
+        self._closed_channels: set[int] = set()
+        self.binary = False
+        self.newline = "\n"
+        self._all = ws_client._IgnoredIO()  # type: ignore[assignment]  # as capture_all=False does
+        header = [f"sec-websocket-protocol: {ws_client.V5_CHANNEL_PROTOCOL},{ws_client.V4_CHANNEL_PROTOCOL}"]
+        if headers and "authorization" in headers:
+            header.append(f"authorization: {headers['authorization']}")
+        sock = tls.connect(url, timeout)
+        self.sock = websocket.WebSocket(skip_utf8_validation=False)
+        try:
+            self.sock.connect(url, header=header, socket=sock, timeout=timeout)
+        except BaseException:
+            sock.close()
+            raise
+        self.subprotocol = getattr(self.sock, "subprotocol", None)
+        self._connected = True
+        self._returncode = None
+        self._tls = tls
+
+    def close(self, **kwargs: Any) -> None:
+        if self.sock is not None and self.sock.sock is not None:
+            self._tls.remember(self.sock.sock)
+        super().close(**kwargs)
+
+
+def _exec_stream(tls: _Tls, timeout: float) -> Any:
+    """kubernetes.stream.stream with the websocket opened by _ExecClient: the same request (URL, query,
+    authorization header built by the generated API method), the same channel protocol."""
+
+    def websocket_call(configuration: Any, _method: str, url: str, **kwargs: Any) -> Any:
+        url = ws_client.get_websocket_url(url, kwargs.get("query_params"))
+        try:
+            return _ExecClient(tls, url, kwargs.get("headers"), timeout)
+        except Exception as exc:  # as kubernetes.stream's websocket_call reports a failed connection
+            raise ApiException(status=0, reason=str(exc)) from None
+
+    return lambda api_method, *args, **kwargs: _websocket_request(
+        websocket_call, None, api_method, *args, **kwargs
+    )
+
+
 _HANDSHAKE = re.compile(r"Handshake status (\d{3})")
 
 
@@ -229,11 +329,16 @@ def exec_in_pod(
     ExecTimeout: still running after `timeout`. ClusterUnavailable: the API server could not be reached."""
     what = target(POD, namespace, pod)
     connect_timeout, _ = request_timeout()
+    exec_core = _exec_core()
+    socket_timeout = max(connect_timeout, float(timeout))
     try:
-        # The websocket client has no per-call connect timeout: its module default applies to new sockets.
-        websocket.setdefaulttimeout(max(connect_timeout, float(timeout)))
-        resp = stream(
-            _exec_core().connect_get_namespaced_pod_exec,
+        tls = _tls(exec_core.api_client.configuration)
+        if tls is None:
+            # The websocket client has no per-call connect timeout: its module default applies to new sockets.
+            websocket.setdefaulttimeout(socket_timeout)
+        opener = stream if tls is None else _exec_stream(tls, socket_timeout)
+        resp = opener(
+            exec_core.connect_get_namespaced_pod_exec,
             pod,
             namespace,
             container=container,
