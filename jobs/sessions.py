@@ -714,9 +714,12 @@ def session_for(user: Any, session_id: str) -> Session | None:
 def session_for_exec(user: Any, session_id: str) -> Session | None:
     """The session a user asks to run a command in, read with one query on the owner's path (the hot one):
     the owner, or someone who may read every session (and then is refused as not the owner); None when
-    the user may not see it."""
-    session = Session.objects.select_related("owner").filter(pk=session_id).first()
-    if session is None or session.owner_id == user.pk or roles.can_read_all_jobs(user):
+    the user may not see it. The owner is not joined in: on the owner's path it is the user already."""
+    session = Session.objects.filter(pk=session_id).first()
+    if session is not None and session.owner_id == user.pk:
+        session.owner = user
+        return session
+    if session is None or roles.can_read_all_jobs(user):
         return session
     return None
 
