@@ -162,7 +162,11 @@ class _Tls:
         return sock
 
     def remember(self, sock: Any) -> None:
-        """Keep the connection's session (TLS 1.3 sends its ticket after the handshake, so read it late)."""
+        """Keep the connection's session (TLS 1.3 sends its ticket after the handshake, so read it late).
+        A resumed connection keeps the session it resumed (reading `session` costs most of a millisecond);
+        once the server declines it, the next full handshake's session replaces it."""
+        if self.session is not None and getattr(sock, "session_reused", False):
+            return
         session = getattr(sock, "session", None)
         if session is not None:
             self.session = session
@@ -209,6 +213,11 @@ class _ExecClient(ws_client.WSClient):
     def close(self, **kwargs: Any) -> None:
         if self.sock is not None and self.sock.sock is not None:
             self._tls.remember(self.sock.sock)
+        if not self._connected and self.sock is not None:
+            # update() saw the server's close frame and websocket-client answered it: the closing handshake
+            # is complete, so close the socket instead of sending a second close frame and waiting for EOF.
+            self.sock.shutdown()
+            return
         super().close(**kwargs)
 
 
