@@ -159,6 +159,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # 400/401/403/404/429/503 from the shared plumbing, documented once (dispatch_site/schema.py).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "dispatch_site.schema.add_common_responses",
+    ],
     # Jobs and sessions both have a `state` field with different choices: name each enum.
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "jobs.models.JobState",

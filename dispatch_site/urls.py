@@ -10,7 +10,7 @@ api_v1: list[URLPattern | URLResolver] = [
     path("me", views.MeApi.as_view(), name="me"),
     path("audit", views.AuditListApi.as_view(), name="audit-list"),
     path("tokens", views.TokenListCreateApi.as_view(), name="token-list"),
-    path("tokens/<int:token_id>", views.TokenRevokeApi.as_view(), name="token-revoke"),
+    path("tokens/<str:token_id>", views.TokenRevokeApi.as_view(), name="token-revoke"),
     path("", include("runtimes.urls_api")),
     path("", include("jobs.urls_api")),
 ]

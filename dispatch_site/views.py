@@ -17,13 +17,12 @@ from django.views.decorators.http import require_POST
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.generics import ListAPIView
-from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from dispatch_site import roles, selectors, services
-from dispatch_site.api import StrictSerializer
+from dispatch_site.api import CreatedCursorPagination, StrictSerializer
 from dispatch_site.models import ApiToken, AuditEvent
 from dispatch_site.permissions import IsPlatform
 from dispatch_site.throttles import login_retry_after
@@ -58,10 +57,8 @@ class AuditEventSerializer(serializers.ModelSerializer):
         fields = ["id", "at", "actor_name", "action", "object_type", "object_id", "details"]
 
 
-class AuditCursorPagination(CursorPagination):
+class AuditCursorPagination(CreatedCursorPagination):
     page_size = 100
-    page_size_query_param = "limit"
-    max_page_size = 500
     ordering = ("-at", "-id")
 
 
@@ -179,11 +176,15 @@ class TokenListCreateApi(APIView):
 class TokenRevokeApi(APIView):
     @extend_schema(
         operation_id="tokens_revoke",
+        parameters=[OpenApiParameter("token_id", int, OpenApiParameter.PATH)],
         responses={204: None},
         summary="Revoke an API token (yours; the platform role: anybody's)",
     )
-    def delete(self, request: Request, token_id: int) -> Response:
-        token = selectors.token_for(request.user, token_id)
+    def delete(self, request: Request, token_id: str) -> Response:
+        # The route takes any text, so a malformed id is this JSON 404 rather than Django's HTML page.
+        if not (token_id.isascii() and token_id.isdigit() and len(token_id) < 19):
+            raise Http404("no such token")
+        token = selectors.token_for(request.user, int(token_id))
         if token is None:
             raise Http404("no such token")
         services.token_revoke(actor=request.user, token=token)

@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 
 from cluster.errors import ClusterError
 from dispatch_site import roles
-from dispatch_site.api import CreatedCursorPagination
+from dispatch_site.api import CreatedCursorPagination, DetailSerializer
 from jobs import recovery, selectors, services
 from jobs.models import Execution, Job, JobEvent, JobState
 from jobs.serializers import JobSpecSerializer
@@ -126,12 +126,15 @@ class EvidenceSerializer(serializers.Serializer):
 
 
 class QueuedReasonSerializer(serializers.Serializer):
+    """Why a job waits; {} when it does not (so no key is required)."""
+
     reason = serializers.CharField(
+        required=False,
         help_text="awaiting-admission, awaiting-jobset, awaiting-pods, unschedulable, image-pull, "
-        "config-error, pods-not-created, retry-backoff"
+        "config-error, pods-not-created, retry-backoff",
     )
-    message = serializers.CharField()
-    since = serializers.CharField(allow_null=True)
+    message = serializers.CharField(required=False)
+    since = serializers.CharField(allow_null=True, required=False)
 
 
 class IdentityFindingSerializer(serializers.Serializer):
@@ -292,7 +295,7 @@ class PlanSerializer(serializers.Serializer):
 class PlanApi(APIView):
     @extend_schema(
         request=JobSpecSerializer,
-        responses={200: PlanSerializer, 403: None},
+        responses={200: PlanSerializer, 403: DetailSerializer},
         summary="What start would do: verdict, reasons, objects, images (403 for an ungranted namespace)",
     )
     def post(self, request: Request) -> Response:
@@ -338,7 +341,10 @@ class JobListCreateApi(ListAPIView):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter(n, str, required=False) for n in ("state", "runtime", "namespace", "owner")
+            OpenApiParameter(
+                "state", str, required=False, enum=["", *JobState.values], description="empty: any state"
+            ),
+            *(OpenApiParameter(n, str, required=False) for n in ("runtime", "namespace", "owner")),
         ],
         summary="Jobs you may see, newest first (cursor pagination)",
     )
@@ -390,7 +396,9 @@ class JobDetailApi(APIView):
 
 class JobCancelApi(APIView):
     @extend_schema(
-        request=None, responses=JobSerializer, summary="Cancel: delete the TrainJob; state cancelled"
+        request=None,
+        responses={200: JobSerializer, 409: DetailSerializer},
+        summary="Cancel: delete the TrainJob; state cancelled",
     )
     def post(self, request: Request, job_id: str) -> Response:
         job = selectors.job_for(request.user, job_id)

@@ -21,7 +21,7 @@ from rest_framework.views import APIView
 
 from cluster import logs as cluster_logs
 from cluster.errors import ClusterError, NotFound, Rejected
-from dispatch_site.api import StrictSerializer
+from dispatch_site.api import DetailSerializer, StrictSerializer
 from jobs import selectors
 from jobs.models import Job
 from runtimes.selectors import site_settings
@@ -135,8 +135,10 @@ class JobLogsApi(APIView):
         parameters=[LogQuerySerializer],
         responses={
             (200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="the log, capped at 1 MiB"),
-            404: OpenApiResponse(description="no such job, attempt, rank pod or container: says what exists"),
-            503: OpenApiResponse(description="the cluster could not be read"),
+            404: OpenApiResponse(
+                DetailSerializer, description="no such job, attempt, rank pod or container: says what exists"
+            ),
+            503: OpenApiResponse(DetailSerializer, description="the cluster could not be read"),
         },
         summary="One rank's log (text); follow=true streams while the pod runs",
     )

@@ -16,7 +16,10 @@ from rest_framework import serializers
 
 from dispatch_site.api import StrictSerializer
 from jobs.spec import (
+    _DNS1123_LABEL,
+    _DNS1123_SUBDOMAIN,
     ARGS_MAX_ITEMS,
+    CLUSTER_TRAINING_RUNTIME,
     DISPLAY_NAME_MAX,
     DNS1123_LABEL_MAX,
     DNS1123_SUBDOMAIN_MAX,
@@ -94,14 +97,53 @@ def _keyed_errors(items: Mapping[str, str], check: Callable[[str, str], str | No
         raise serializers.ValidationError(errors)
 
 
+@extend_schema_field({"type": "string", "pattern": _DNS1123_LABEL.pattern, "maxLength": DNS1123_LABEL_MAX})
+class Dns1123LabelField(serializers.CharField):
+    """A DNS-1123 label (a namespace); the schema shows its pattern so a client can check it first."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=DNS1123_LABEL_MAX, validators=[_check(dns1123_label_problem)], **kwargs)
+
+
+@extend_schema_field(
+    {"type": "string", "pattern": _DNS1123_SUBDOMAIN.pattern, "maxLength": DNS1123_SUBDOMAIN_MAX}
+)
+class Dns1123SubdomainField(serializers.CharField):
+    """A DNS-1123 subdomain (a runtime or queue name), its pattern in the schema."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(
+            max_length=DNS1123_SUBDOMAIN_MAX, validators=[_check(dns1123_subdomain_problem)], **kwargs
+        )
+
+
+_RUNTIME_NAME_SCHEMA = {
+    "type": "string",
+    "pattern": _DNS1123_SUBDOMAIN.pattern,
+    "maxLength": DNS1123_SUBDOMAIN_MAX,
+}
+
+
+# The schema a client sees: a ClusterTrainingRuntime has no namespace, a TrainingRuntime is the one in the
+# job's own namespace (the body may repeat it as runtime.namespace, which must then equal `namespace`).
+@extend_schema_field(
+    {
+        "oneOf": [
+            {
+                "type": "object",
+                "properties": {"kind": {"type": "string", "enum": [kind]}, "name": _RUNTIME_NAME_SCHEMA},
+                "required": ["kind", "name"],
+                "additionalProperties": False,
+            }
+            for kind in (TRAINING_RUNTIME, CLUSTER_TRAINING_RUNTIME)
+        ],
+        "description": "The runtime: a TrainingRuntime in the job's namespace or a ClusterTrainingRuntime.",
+    }
+)
 class RuntimeRefSerializer(StrictSerializer):
     kind = serializers.ChoiceField(choices=RUNTIME_KINDS)
-    name = serializers.CharField(
-        max_length=DNS1123_SUBDOMAIN_MAX, validators=[_check(dns1123_subdomain_problem)]
-    )
-    namespace = serializers.CharField(
-        required=False, max_length=DNS1123_LABEL_MAX, validators=[_check(dns1123_label_problem)]
-    )
+    name = Dns1123SubdomainField()
+    namespace = Dns1123LabelField(required=False)
 
 
 def _resource_problem(name: str, _quantity: str) -> str | None:
@@ -147,16 +189,46 @@ class RecoveryBudgetsSerializer(StrictSerializer):
     user = StrictIntegerField(required=False, min_value=0, max_value=MAX_RETRIES)
 
 
+def _per_cause_schema(maximum: int) -> dict[str, Any]:
+    """A {cause: integer} map as the schema shows it: only retryable causes are keys (_cause_problem)."""
+    value = {"type": "integer", "minimum": 0, "maximum": maximum}
+    return {
+        "type": "object",
+        "properties": dict.fromkeys(RETRYABLE_CAUSES, value),
+        "additionalProperties": False,
+    }
+
+
+@extend_schema_field(_per_cause_schema(MAX_RETRIES))
+class RetriesPerCauseField(serializers.DictField):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=StrictIntegerField(min_value=0, max_value=MAX_RETRIES), **kwargs)
+
+
+@extend_schema_field(_per_cause_schema(MAX_BACKOFF_SECONDS))
+class BackoffPerCauseField(serializers.DictField):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=StrictIntegerField(min_value=0, max_value=MAX_BACKOFF_SECONDS), **kwargs)
+
+
+@extend_schema_field(
+    {"type": "string", "pattern": _DNS1123_SUBDOMAIN.pattern, "maxLength": DNS1123_LABEL_MAX}
+)
+class QueueNameField(serializers.CharField):
+    """A Kueue LocalQueue name: a DNS-1123 subdomain of at most 63 characters (a label value)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(
+            max_length=DNS1123_LABEL_MAX, validators=[_check(dns1123_subdomain_problem)], **kwargs
+        )
+
+
 class RecoveryPolicySerializer(StrictSerializer):
     """Overrides of the site's recovery policy (jobs.recovery): per cause the retries and the backoff before
     attempt A+1, and the budgets that cap infrastructure and user causes together."""
 
-    retry = serializers.DictField(
-        child=StrictIntegerField(min_value=0, max_value=MAX_RETRIES), required=False, allow_empty=True
-    )
-    backoff_seconds = serializers.DictField(
-        child=StrictIntegerField(min_value=0, max_value=MAX_BACKOFF_SECONDS), required=False, allow_empty=True
-    )
+    retry = RetriesPerCauseField(required=False, allow_empty=True)
+    backoff_seconds = BackoffPerCauseField(required=False, allow_empty=True)
     budgets = RecoveryBudgetsSerializer(required=False)
 
     def validate_retry(self, value: dict[str, int]) -> dict[str, int]:
@@ -189,9 +261,7 @@ class JobSpecSerializer(StrictSerializer):
     """A job request body. Context: `label_domain` (optional) reserves the site's own label prefix."""
 
     runtime = RuntimeRefSerializer()
-    namespace = serializers.CharField(
-        max_length=DNS1123_LABEL_MAX, validators=[_check(dns1123_label_problem)]
-    )
+    namespace = Dns1123LabelField()
     display_name = serializers.CharField(required=False, max_length=DISPLAY_NAME_MAX)
     image = serializers.CharField(max_length=IMAGE_MAX)
     command = serializers.ListField(
@@ -214,9 +284,7 @@ class JobSpecSerializer(StrictSerializer):
     labels = serializers.DictField(
         child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False
     )
-    queue_name = serializers.CharField(
-        required=False, max_length=DNS1123_LABEL_MAX, validators=[_check(dns1123_subdomain_problem)]
-    )
+    queue_name = QueueNameField(required=False)
     recovery_policy = RecoveryPolicySerializer(required=False)
 
     def validate_image(self, value: str) -> str:

@@ -23,7 +23,13 @@ from cluster.errors import ClusterError
 from dispatch_site.api import CreatedCursorPagination, StrictSerializer
 from jobs import sessions
 from jobs.models import Session, SessionState
-from jobs.serializers import JobSpecSerializer, RuntimeRefSerializer, StrictIntegerField, _check
+from jobs.serializers import (
+    Dns1123LabelField,
+    JobSpecSerializer,
+    RuntimeRefSerializer,
+    StrictIntegerField,
+    _check,
+)
 from jobs.services import NamespaceNotGranted
 from jobs.spec import ARGS_MAX_ITEMS, IMAGE_MAX, NUM_NODES_MAX, RuntimeRef, dns1123_label_problem
 from runtimes.api import ReasonSerializer
@@ -40,6 +46,14 @@ def _name_problem(value: str) -> str | None:
     return None
 
 
+@extend_schema_field({"type": "string", "pattern": "^[a-z]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63})
+class TrainJobNameField(serializers.CharField):
+    """A TrainJob name (an RFC 1035 label: _name_problem), its pattern in the schema."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=63, validators=[_check(_name_problem)], **kwargs)
+
+
 # ---------------------------------------------------------------- requests
 
 
@@ -48,8 +62,8 @@ class SessionOpenSerializer(StrictSerializer):
     trainer pod running itself); `name` names the TrainJob (default: the session id)."""
 
     runtime = RuntimeRefSerializer()
-    namespace = serializers.CharField(max_length=63, validators=[_check(dns1123_label_problem)])
-    name = serializers.CharField(required=False, max_length=63, validators=[_check(_name_problem)])
+    namespace = Dns1123LabelField()
+    name = TrainJobNameField(required=False)
     image = serializers.CharField(max_length=IMAGE_MAX)
     num_nodes = StrictIntegerField(required=False, min_value=1, max_value=NUM_NODES_MAX)
     env = serializers.DictField(
@@ -258,7 +272,7 @@ def _visible(request: Request, session_id: str) -> Session:
 
 WAIT_PARAMETER = OpenApiParameter(
     "wait",
-    int,
+    {"type": "integer", "minimum": 0, "maximum": sessions.WAIT_MAX_SECONDS},
     required=False,
     description=(
         f"block up to this many seconds (at most {sessions.WAIT_MAX_SECONDS}) until the state settles"
@@ -280,7 +294,11 @@ class SessionListCreateApi(ListAPIView):
         return queryset
 
     @extend_schema(
-        parameters=[OpenApiParameter("state", str, required=False)],
+        parameters=[
+            OpenApiParameter(
+                "state", str, required=False, enum=["", *SessionState.values], description="empty: any state"
+            )
+        ],
         summary="Sessions you may see, newest first (cursor pagination)",
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:

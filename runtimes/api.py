@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.core.validators import RegexValidator
 from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -14,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from dispatch_site.api import RejectUnknownFieldsMixin, StrictSerializer
+from dispatch_site.api import DetailSerializer, RejectUnknownFieldsMixin, StrictSerializer
 from dispatch_site.permissions import IsPlatform, IsPlatformOrReadOnly
 from jobs.serializers import RecoveryPolicySerializer
 from runtimes import selectors, services
@@ -185,12 +186,38 @@ class AllowListInputSerializer(StrictSerializer):
         return attrs
 
 
+def _allow_list_input_schema() -> dict[str, Any]:
+    """AllowListInputSerializer as the client sees it: a TrainingRuntime needs its namespace, a
+    ClusterTrainingRuntime has none (validate() above enforces the same)."""
+    common = {
+        "name": {"type": "string", "pattern": DNS_SUBDOMAIN.pattern, "maxLength": 253},
+        "purposes": {"type": "array", "items": {"enum": ["jobs", "sessions"]}, "minItems": 1},
+        "note": {"type": "string", "maxLength": 2000},
+    }
+    namespaced = {"type": "string", "pattern": DNS_LABEL.pattern}
+    branches = [
+        (RuntimeKind.NAMESPACED, namespaced, ["kind", "namespace", "name"]),
+        (RuntimeKind.CLUSTER, {"type": "string", "maxLength": 0}, ["kind", "name"]),
+    ]
+    return {
+        "oneOf": [
+            {
+                "type": "object",
+                "properties": {"kind": {"type": "string", "enum": [str(kind)]}, "namespace": ns, **common},
+                "required": required,
+                "additionalProperties": False,
+            }
+            for kind, ns, required in branches
+        ]
+    }
+
+
 class AllowListAddApi(APIView):
     permission_classes = [IsPlatform]
 
     @extend_schema(
-        request=AllowListInputSerializer,
-        responses={201: RuntimeRowSerializer},
+        request={"application/json": _allow_list_input_schema()},
+        responses={201: RuntimeRowSerializer, 409: DetailSerializer},
         summary="Allow a runtime (platform role)",
     )
     def post(self, request: Request) -> Response:
@@ -244,16 +271,25 @@ class SiteSettingsSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializ
             "updated_at",
         ]
         read_only_fields = ["updated_at"]
-
-    def validate_trainer_version(self, value: str) -> str:
-        if not re.match(r"^v?\d+\.\d+(\.\d+)?([-+][0-9A-Za-z.-]+)?$", value):
-            raise ValidationError("must be a version such as v2.3.0")
-        return value
-
-    def validate_label_domain(self, value: str) -> str:
-        if not DNS_SUBDOMAIN.match(value) or "." not in value:
-            raise ValidationError("must be a DNS domain such as dispatch.example.com")
-        return value
+        # RegexValidators (not validate_<field>), so the schema shows the patterns a client must meet.
+        extra_kwargs = {
+            "trainer_version": {
+                "validators": [
+                    RegexValidator(
+                        r"^v?\d+\.\d+(\.\d+)?([-+][0-9A-Za-z.-]+)?$", "must be a version such as v2.3.0"
+                    )
+                ]
+            },
+            # DNS_SUBDOMAIN with at least one dot
+            "label_domain": {
+                "validators": [
+                    RegexValidator(
+                        r"^[a-z0-9][-a-z0-9.]*\.[-a-z0-9.]*[a-z0-9]$",
+                        "must be a DNS domain such as dispatch.example.com",
+                    )
+                ]
+            },
+        }
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         instance = self.instance

@@ -1,0 +1,127 @@
+"""The answers every API operation can give, added to the OpenAPI schema in one place.
+
+Views document their own success and domain answers (a 422 refusal, a 409 conflict) with
+`extend_schema(responses=...)`. The answers that come from the shared plumbing are the same for every
+operation, so they are stated once here, by a drf-spectacular postprocessing hook:
+
+- 400: DRF field errors, for any operation that takes a body or query parameters;
+- 401: no credentials, or an unknown, expired or revoked token (dispatch_site.auth);
+- 403: authenticated but not allowed (the role, a namespace grant, or CSRF for a browser session);
+- 404: a path parameter names nothing you may see (or a list's `cursor` is invalid);
+- 429: a throttle (dispatch_site.throttles, every operation) said wait;
+- 503: a dependency is down, and the detail names it (dispatch_site.api.exception_handler).
+
+An operation that already documents a code keeps its own body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiSerializerExtension
+
+DETAIL = "Detail"
+FIELD_ERRORS = "FieldErrors"
+
+_SCHEMAS: dict[str, dict[str, Any]] = {
+    DETAIL: {
+        "type": "object",
+        "properties": {"detail": {"type": "string"}},
+        "required": ["detail"],
+        "description": "An error with one message.",
+    },
+    FIELD_ERRORS: {
+        "type": "object",
+        "additionalProperties": True,
+        "description": (
+            "DRF field errors: each key a field (nested where the body nests) with a list of messages, "
+            "or `detail` / `non_field_errors`."
+        ),
+    },
+}
+
+_DESCRIPTIONS = {
+    "400": "Invalid input: the errors per field",
+    "401": "No credentials, or the token is unknown, expired or revoked",
+    "403": "Not allowed: the role or a namespace grant does not cover it (or CSRF for a browser session)",
+    "404": "No such object, or not one you may see",
+    "429": "Throttled: retry after the Retry-After header's seconds",
+    "503": "A dependency (database, broker, Kubernetes API server) is down: the detail names it",
+}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _common_codes(path: str, operation: dict[str, Any]) -> list[str]:
+    parameters = operation.get("parameters", [])
+    codes = []
+    if "requestBody" in operation or any(p.get("in") == "query" for p in parameters):
+        codes.append("400")
+    if any(requirement for requirement in operation.get("security", [])):
+        codes += ["401", "403"]
+    # DRF's cursor paginator answers an invalid `cursor` with a 404 ("Invalid cursor").
+    if "{" in path or any(p.get("name") == "cursor" for p in parameters):
+        codes.append("404")
+    return [*codes, "429", "503"]
+
+
+# DRF's CharField refuses NUL characters, and PostgreSQL cannot store or compare them.
+NO_NUL = "^[^\\u0000]*$"
+
+
+def _no_nul(schema: Any) -> None:
+    """Every free text a client sends (body strings, map values, list items) says: no NUL character."""
+    if isinstance(schema, list):
+        for item in schema:
+            _no_nul(item)
+        return
+    if not isinstance(schema, dict):
+        return
+    if schema.get("type") == "string" and not {"pattern", "enum", "format"} & schema.keys():
+        schema["pattern"] = NO_NUL
+    for key, value in schema.items():
+        if key in ("properties", "patternProperties"):
+            for sub in value.values():
+                _no_nul(sub)
+        elif key in ("items", "additionalProperties", "oneOf", "anyOf", "allOf", "schema"):
+            _no_nul(value)
+
+
+def add_common_responses(
+    result: dict[str, Any], generator: Any, request: Any, public: bool
+) -> dict[str, Any]:
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    for name, schema in _SCHEMAS.items():
+        schemas.setdefault(name, schema)
+    for name, schema in schemas.items():
+        if name.endswith("Request"):  # COMPONENT_SPLIT_REQUEST: the request side of each serializer
+            _no_nul(schema)
+    for path, operations in result.get("paths", {}).items():
+        for operation in operations.values():
+            _no_nul(operation.get("parameters", []))
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                _no_nul(media)
+            responses = operation.setdefault("responses", {})
+            for code in _common_codes(path, operation):
+                if code not in responses:
+                    body = FIELD_ERRORS if code == "400" else DETAIL
+                    responses[code] = {
+                        "content": {"application/json": {"schema": _ref(body)}},
+                        "description": _DESCRIPTIONS[code],
+                    }
+    return result
+
+
+class StrictSerializerExtension(OpenApiSerializerExtension):
+    """A request body read by RejectUnknownFieldsMixin rejects unknown keys: say so in the schema."""
+
+    target_class = "dispatch_site.api.RejectUnknownFieldsMixin"
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        schema: dict[str, Any] = auto_schema._map_basic_serializer(self.target, direction)
+        if direction == "request":
+            schema["additionalProperties"] = False
+        return schema
