@@ -8,6 +8,7 @@ from typing import Any
 
 from django import db
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import QueryDict
 from rest_framework import exceptions, serializers, status
 from rest_framework.exceptions import ErrorDetail
 from rest_framework.pagination import CursorPagination
@@ -84,12 +85,14 @@ class RejectUnknownFieldsMixin:
                 for k, v in data.items()
                 if k in self.fields and _text_problem(self.fields[k], v)
             }
-            # DRF's BooleanField takes 0, 1, "yes", "off": JSON has true and false.
-            unknown |= {
-                str(k): [ErrorDetail(NOT_BOOLEAN, code="invalid")]
-                for k, v in data.items()
-                if isinstance(self.fields.get(k), serializers.BooleanField) and not isinstance(v, bool)
-            }
+            # DRF's BooleanField takes 0, 1, "yes", "off": a JSON body has true and false (a query string
+            # has only text, so there "true" is fine).
+            if not isinstance(data, QueryDict):
+                unknown |= {
+                    str(k): [ErrorDetail(NOT_BOOLEAN, code="invalid")]
+                    for k, v in data.items()
+                    if isinstance(self.fields.get(k), serializers.BooleanField) and not isinstance(v, bool)
+                }
         try:
             value = super().to_internal_value(data)  # type: ignore[misc]
         except exceptions.ValidationError as exc:

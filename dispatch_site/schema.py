@@ -21,6 +21,7 @@ from typing import Any
 from drf_spectacular.extensions import OpenApiSerializerExtension
 
 DETAIL = "Detail"
+RULES = "x-dispatch-rules"
 FIELD_ERRORS = "FieldErrors"
 
 _SCHEMAS: dict[str, dict[str, Any]] = {
@@ -96,6 +97,7 @@ def add_common_responses(
     for name, schema in _SCHEMAS.items():
         schemas.setdefault(name, schema)
     for name, schema in schemas.items():
+        schema.update(schema.pop(RULES, {}))
         if name.endswith("Request"):  # COMPONENT_SPLIT_REQUEST: the request side of each serializer
             _no_nul(schema)
     for path, operations in result.get("paths", {}).items():
@@ -124,4 +126,9 @@ class StrictSerializerExtension(OpenApiSerializerExtension):
         schema: dict[str, Any] = auto_schema._map_basic_serializer(self.target, direction)
         if direction == "request":
             schema["additionalProperties"] = False
+            # A rule across fields that validate() enforces, stated by the serializer as JSON Schema; put in
+            # place by add_common_responses, after the enum hook (which would rewrite its enums).
+            rules = getattr(self.target, "request_schema_rules", None)
+            if rules:
+                schema[RULES] = rules
         return schema

@@ -168,6 +168,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "jobs.models.JobState",
         "SessionStateEnum": "jobs.models.SessionState",
+        "RuntimeKindEnum": "runtimes.models.RuntimeKind",
     },
 }
 

@@ -124,6 +124,14 @@ _RUNTIME_NAME_SCHEMA = {
 }
 
 
+@extend_schema_field({"type": "string", "maxLength": IMAGE_MAX, "pattern": "^[^\\s\\u0000]*$"})
+class ImageField(serializers.CharField):
+    """A container image reference: no whitespace (JobSpecSerializer.validate_image), no NUL."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=IMAGE_MAX, **kwargs)
+
+
 # The schema a client sees: a ClusterTrainingRuntime has no namespace, a TrainingRuntime is the one in the
 # job's own namespace (the body may repeat it as runtime.namespace, which must then equal `namespace`).
 @extend_schema_field(
@@ -263,7 +271,7 @@ class JobSpecSerializer(StrictSerializer):
     runtime = RuntimeRefSerializer()
     namespace = Dns1123LabelField()
     display_name = serializers.CharField(required=False, max_length=DISPLAY_NAME_MAX)
-    image = serializers.CharField(max_length=IMAGE_MAX)
+    image = ImageField()
     command = serializers.ListField(
         child=serializers.CharField(allow_blank=True, trim_whitespace=False),
         required=False,

@@ -25,13 +25,14 @@ from jobs import sessions
 from jobs.models import Session, SessionState
 from jobs.serializers import (
     Dns1123LabelField,
+    ImageField,
     JobSpecSerializer,
     RuntimeRefSerializer,
     StrictIntegerField,
     _check,
 )
 from jobs.services import NamespaceNotGranted
-from jobs.spec import ARGS_MAX_ITEMS, IMAGE_MAX, NUM_NODES_MAX, RuntimeRef, dns1123_label_problem
+from jobs.spec import ARGS_MAX_ITEMS, NUM_NODES_MAX, RuntimeRef, dns1123_label_problem
 from runtimes.api import ReasonSerializer
 
 COMMAND_MAX_CHARS = 100_000
@@ -64,7 +65,7 @@ class SessionOpenSerializer(StrictSerializer):
     runtime = RuntimeRefSerializer()
     namespace = Dns1123LabelField()
     name = TrainJobNameField(required=False)
-    image = serializers.CharField(max_length=IMAGE_MAX)
+    image = ImageField()
     num_nodes = StrictIntegerField(required=False, min_value=1, max_value=NUM_NODES_MAX)
     env = serializers.DictField(
         child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False

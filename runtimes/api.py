@@ -161,16 +161,31 @@ class RuntimeDetailApi(APIView):
 
 
 class AllowListInputSerializer(StrictSerializer):
+    # validate() below, for the schema (dispatch_site.schema): a TrainingRuntime needs its namespace,
+    # a ClusterTrainingRuntime has none.
+    request_schema_rules = {
+        "oneOf": [
+            {
+                "properties": {
+                    "kind": {"enum": [RuntimeKind.NAMESPACED.value]},
+                    "namespace": {"pattern": DNS_LABEL.pattern},
+                },
+                "required": ["kind", "namespace"],
+            },
+            {"properties": {"kind": {"enum": [RuntimeKind.CLUSTER.value]}, "namespace": {"maxLength": 0}}},
+        ],
+        "allOf": [{"properties": {"purposes": {"minItems": 1}}}],
+    }
     kind = serializers.ChoiceField(choices=RuntimeKind.values)
     namespace = serializers.CharField(required=False, allow_blank=True, default="")
-    name = serializers.CharField(max_length=253)
-    purposes = serializers.MultipleChoiceField(choices=["jobs", "sessions"], default={"jobs"})
+    name = serializers.CharField(
+        max_length=253,
+        validators=[RegexValidator(DNS_SUBDOMAIN, "must be a lowercase RFC 1123 name (a-z, 0-9, '-', '.')")],
+    )
+    purposes = serializers.MultipleChoiceField(
+        choices=["jobs", "sessions"], default={"jobs"}, allow_empty=False
+    )
     note = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
-
-    def validate_name(self, value: str) -> str:
-        if not DNS_SUBDOMAIN.match(value):
-            raise ValidationError("must be a lowercase RFC 1123 name (a-z, 0-9, '-', '.')")
-        return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         namespace = attrs.get("namespace", "")
@@ -186,37 +201,11 @@ class AllowListInputSerializer(StrictSerializer):
         return attrs
 
 
-def _allow_list_input_schema() -> dict[str, Any]:
-    """AllowListInputSerializer as the client sees it: a TrainingRuntime needs its namespace, a
-    ClusterTrainingRuntime has none (validate() above enforces the same)."""
-    common = {
-        "name": {"type": "string", "pattern": DNS_SUBDOMAIN.pattern, "maxLength": 253},
-        "purposes": {"type": "array", "items": {"enum": ["jobs", "sessions"]}, "minItems": 1},
-        "note": {"type": "string", "maxLength": 2000},
-    }
-    namespaced = {"type": "string", "pattern": DNS_LABEL.pattern}
-    branches = [
-        (RuntimeKind.NAMESPACED, namespaced, ["kind", "namespace", "name"]),
-        (RuntimeKind.CLUSTER, {"type": "string", "maxLength": 0}, ["kind", "name"]),
-    ]
-    return {
-        "oneOf": [
-            {
-                "type": "object",
-                "properties": {"kind": {"type": "string", "enum": [str(kind)]}, "namespace": ns, **common},
-                "required": required,
-                "additionalProperties": False,
-            }
-            for kind, ns, required in branches
-        ]
-    }
-
-
 class AllowListAddApi(APIView):
     permission_classes = [IsPlatform]
 
     @extend_schema(
-        request={"application/json": _allow_list_input_schema()},
+        request=AllowListInputSerializer,
         responses={201: RuntimeRowSerializer, 409: DetailSerializer},
         summary="Allow a runtime (platform role)",
     )
@@ -258,6 +247,14 @@ class SiteSettingsSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializ
     recovery_policy = RecoveryPolicySerializer(
         required=False, help_text="the site's default recovery policy; a job's own overrides it per key"
     )
+    # validate() below, for the schema (dispatch_site.schema): publishing via an initContainer names it.
+    request_schema_rules = {
+        "anyOf": [
+            {"properties": {"publish_via": {"enum": [PublishVia.ENV.value]}}},
+            {"not": {"required": ["publish_via"]}},
+            {"required": ["publish_container"], "properties": {"publish_container": {"minLength": 1}}},
+        ]
+    }
 
     class Meta:
         model = SiteSettings
@@ -279,6 +276,9 @@ class SiteSettingsSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializ
                         r"^v?\d+\.\d+(\.\d+)?([-+][0-9A-Za-z.-]+)?$", "must be a version such as v2.3.0"
                     )
                 ]
+            },
+            "publish_container": {
+                "validators": [RegexValidator(DNS_LABEL, "must be a container name (RFC 1123 label)")]
             },
             # DNS_SUBDOMAIN with at least one dot
             "label_domain": {
