@@ -78,6 +78,26 @@ current-context: nowhere
 
 
 @pytest.fixture(autouse=True)
+def _database_is_postgresql(request: pytest.FixtureRequest) -> None:
+    """Tests that touch the database are written for PostgreSQL (row locks, skip_locked, JSON queries, the
+    errors it raises): without DATABASE_URL the settings fall back to SQLite, and there they fail loudly here
+    instead of passing or failing for the wrong reason. `make test` always sets a PostgreSQL DATABASE_URL."""
+    uses_db = request.node.get_closest_marker("django_db") is not None or bool(
+        {"db", "transactional_db", "django_db_setup"} & set(request.fixturenames)
+    )
+    if not uses_db:
+        return
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.fail(
+            f"this test needs PostgreSQL, but the database is {connection.vendor}: set DATABASE_URL="
+            "postgres://dispatch:dispatch@127.0.0.1:25432/dispatch_<tag> (scripts/services up)",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(autouse=True)
 def _no_cluster_unless_asked(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Tests outside tests/cluster/ see an unreachable API server (nothing listens on port 1), never
     whatever local cluster happens to run; tests/cluster/conftest.py points them at the real one."""
