@@ -354,7 +354,7 @@ class JobListCreateApi(ListAPIView):
     @extend_schema(
         request=JobSpecSerializer,
         parameters=[OpenApiParameter(IDEMPOTENCY_HEADER, str, OpenApiParameter.HEADER, required=False)],
-        responses={202: JobSerializer, 422: JobSerializer},
+        responses={202: JobSerializer, 409: DetailSerializer, 422: JobSerializer},
         summary="Submit a job: refused (422, every reason) or accepted (202) and started by a worker",
     )
     def post(self, request: Request) -> Response:
