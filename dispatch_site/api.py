@@ -116,7 +116,7 @@ class CreatedCursorPagination(CursorPagination):
     page_size = 50
     page_size_query_param = "limit"
     max_page_size = 500
-    ordering = "-created_at"
+    ordering: str | tuple[str, ...] = "-created_at"
 
     def get_page_size(self, request: Any) -> int:
         """`limit` is an integer from 1 to max_page_size; anything else is a 400, not silently the default."""
