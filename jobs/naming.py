@@ -19,7 +19,10 @@ POD_NAME_LIMIT: Final = 63
 JOB_ID_PREFIX: Final = "j"
 JOB_ID_RANDOM_CHARS: Final = 10  # 50 bits
 _BASE32: Final = "abcdefghijklmnopqrstuvwxyz234567"  # RFC 4648 alphabet, lowercased: valid in DNS names
-_JOB_ID = re.compile(rf"^{JOB_ID_PREFIX}[a-z2-7]{{{JOB_ID_RANDOM_CHARS}}}$")
+_JOB_ID_PATTERN: Final = rf"{JOB_ID_PREFIX}[a-z2-7]{{{JOB_ID_RANDOM_CHARS}}}"
+_JOB_ID = re.compile(rf"^{_JOB_ID_PATTERN}$")
+# A TrainJob name "<job id>-<attempt>", alone or at the start of a child's name (JobSet, Job, pod).
+_TRAINJOB_PREFIX = re.compile(rf"^({_JOB_ID_PATTERN}-\d+)(?:-|$)")
 # The Job controller appends "-<5 random chars>" to "<job>-<completion index>" for an Indexed Job's pod.
 POD_SUFFIX: Final = "-abcde"
 # Ancestor steps whose replicatedJob the Trainer forces to replicas: 1 (trainer-facts §5).
@@ -34,6 +37,12 @@ def new_job_id() -> str:
 
 def is_job_id(value: str) -> bool:
     return bool(_JOB_ID.match(value))
+
+
+def trainjob_name_prefix(name: str) -> str | None:
+    """The TrainJob name an object's name starts with ("j...-2" of "j...-2-node-0-1-abcde"), else None."""
+    match = _TRAINJOB_PREFIX.match(name)
+    return match.group(1) if match else None
 
 
 def trainjob_name(job_id: str, attempt: int) -> str:

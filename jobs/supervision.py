@@ -20,25 +20,24 @@ import hashlib
 import json
 import logging
 import os
-import re
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from cluster import gateway
 from cluster.errors import ClusterError
 from jobs import recovery
 from jobs.models import Execution, Job, JobEvent, JobState, SupervisorCycle
-from jobs.naming import trainjob_name
+from jobs.naming import trainjob_name, trainjob_name_prefix
 from jobs.status import Context, DerivedStatus, Thresholds, condense_pod, derive
 from runtimes.models import SiteSettings
 
@@ -46,7 +45,6 @@ logger = logging.getLogger(__name__)
 
 SUPERVISED = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.UNKNOWN})
 RETRY_BACKOFF = "retry-backoff"
-_TRAINJOB_PREFIX = re.compile(r"^(j[a-z2-7]{10}-\d+)(?:-|$)")
 
 
 def _holder() -> str:
@@ -62,8 +60,6 @@ class CycleReport:
     retries_started: int = 0
     error: str = ""
     duration_ms: int = 0
-    derive_ms: float = 0.0
-    changed: list[str] = field(default_factory=list)  # job ids whose state changed
 
 
 # ---------------------------------------------------------------- the lease
@@ -82,8 +78,6 @@ def _lease(name: str, seconds: float) -> bool:
 
 
 def _release(name: str, report: CycleReport) -> None:
-    from django.db.models import F
-
     SupervisorCycle.objects.filter(name=name, lease_holder=_holder()).update(
         lease_holder="",
         lease_until=None,
@@ -124,9 +118,9 @@ def group_objects(
             grouped[key].append(obj)
     for event in observed.events:
         involved = event.get("involvedObject") or event.get("regarding") or {}
-        match = _TRAINJOB_PREFIX.match(str(involved.get("name", "")))
-        if match:
-            key = trainjob_names.get(f"{involved.get('namespace', '')}/{match.group(1)}")
+        prefix = trainjob_name_prefix(str(involved.get("name", "")))
+        if prefix:
+            key = trainjob_names.get(f"{involved.get('namespace', '')}/{prefix}")
             if key in grouped:
                 grouped[key].append(event)
     return grouped
@@ -202,22 +196,16 @@ def _cycle(report: CycleReport, tombstones: Iterable[Mapping[str, Any]]) -> None
         )
         for e in executions
     ]
-    derive_started = time.monotonic()
     statuses = derive_all(
         observed, watched, domain=domain, now=timezone.now(), thresholds=_thresholds(), tombstones=tombstones
     )
-    report.derive_ms = (time.monotonic() - derive_started) * 1000
     for execution in executions:
         status = statuses[(execution.job_id, execution.attempt)]
-        if (
-            status.state == execution.state
-            and execution.job.state != JobState.UNKNOWN
-            and _digest(status) == execution.observed_digest
-        ):
-            continue  # nothing new: no lock, no write (most executions, most cycles)
-        if apply_status(execution_id=execution.pk, status=status):
+        digest = _digest(status)
+        if _nothing_new(status, digest, execution, execution.job.state):
+            continue  # checked again under the locks; most executions, most cycles: no lock, no write
+        if apply_status(execution_id=execution.pk, status=status, digest=digest):
             report.transitions += 1
-            report.changed.append(execution.job_id)
 
 
 @dataclass(frozen=True)
@@ -289,6 +277,15 @@ def _digest(status: DerivedStatus) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _nothing_new(status: DerivedStatus, digest: str, execution: Execution, job_state: str) -> bool:
+    """The same state, and the same observation as last written (a job read `unknown` always changes)."""
+    return (
+        status.state == execution.state
+        and job_state != JobState.UNKNOWN
+        and digest == execution.observed_digest
+    )
+
+
 def _event(job_id: str, attempt: int | None, kind: str, message: str, **fields: Any) -> None:
     details = fields.pop("details", {})
     JobEvent.objects.create(
@@ -296,12 +293,12 @@ def _event(job_id: str, attempt: int | None, kind: str, message: str, **fields: 
     )
 
 
-def apply_status(*, execution_id: int, status: DerivedStatus) -> bool:
+def apply_status(*, execution_id: int, status: DerivedStatus, digest: str = "") -> bool:
     """Write one execution's derived status; True when its state changed. Compare-and-set under row locks
     (job, then execution: the order every writer uses), so a second supervisor with the same observation
     finds nothing left to do."""
     now = timezone.now()
-    digest = _digest(status)
+    digest = digest or _digest(status)
     with transaction.atomic():
         execution = Execution.objects.filter(pk=execution_id).only("job_id").first()
         if execution is None:
@@ -314,9 +311,9 @@ def apply_status(*, execution_id: int, status: DerivedStatus) -> bool:
             return False  # cancelled, or already finished by another supervisor
         if job.current_attempt != execution.attempt:
             return False
-        changed = status.state != execution.state or (job.state == JobState.UNKNOWN)
-        if not changed and digest == execution.observed_digest:
+        if _nothing_new(status, digest, execution, job.state):
             return False
+        changed = status.state != execution.state or job.state == JobState.UNKNOWN
         old_state = execution.state
         fields: dict[str, Any] = {
             "state": status.state,

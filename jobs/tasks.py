@@ -67,11 +67,12 @@ def supervise() -> None:
     from jobs import supervision
 
     report = supervision.supervise()
-    if report.ran and (report.transitions or report.error):
+    if report.ran and (report.transitions or report.retries_started or report.error):
         logger.info(
-            "supervision: %d executions, %d transitions, %d API requests, %d ms%s",
+            "supervision: %d executions, %d transitions, %d retries started, %d API requests, %d ms%s",
             report.executions,
             report.transitions,
+            report.retries_started,
             report.api_requests,
             report.duration_ms,
             f", error: {report.error}" if report.error else "",
