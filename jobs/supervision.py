@@ -244,10 +244,10 @@ def derive_all(
         objects = grouped[item.key]
         memory = dict(item.memory)
         for uid, pod in dead.get(item.key, {}).items():
-            # A watched deletion carries the pod's last state (its DisruptionTarget): it wins over what the
-            # previous cycle saw, unless that cycle already knew the pod was gone.
-            if uid not in memory or not memory[uid].get("gone"):
-                memory[uid] = pod
+            # A watched deletion carries the pod's last state (its DisruptionTarget): it wins over what
+            # earlier cycles saw, even when a cycle already found the pod gone (it vanished between two
+            # reads, so that cycle remembered it without the condition); only when it was found gone is kept.
+            memory[uid] = {**pod, "gone": (memory.get(uid) or {}).get("gone")}
         objects = objects + _nodes_for(objects, memory, nodes)
         ctx = Context(
             now=now,
