@@ -10,6 +10,7 @@ import copy
 import hashlib
 import json
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -347,13 +348,7 @@ def execution_submit(*, execution_id: int, holder: str | None = None, retry_in: 
             return
         assert plan.training_runtime is not None and plan.train_job is not None
         copy = _create_or_adopt(TRAINING_RUNTIME, plan.training_runtime, label_domain, job.id)
-        try:
-            trainjob = _create_or_adopt(TRAINJOB, plan.train_job, label_domain, job.id)
-        except Rejected as exc:
-            if _copy_not_seen_yet(exc):
-                # The copy exists (created or adopted just above): the Trainer has not seen it yet.
-                raise TransientSubmitError(str(exc)) from exc
-            raise
+        trainjob = _create_trainjob_on_copy(plan.train_job, label_domain, job.id)
         _own_copy(copy, trainjob)
     except TransientSubmitError:
         _hold(execution.pk, holder, retry_in)
@@ -423,6 +418,27 @@ def execution_submit(*, execution_id: int, holder: str | None = None, retry_in: 
 # copy was created; it then denies the TrainJob with "<err>: specified trainingRuntime must be created
 # before the TrainJob is created", <err> being 'TrainingRuntime.trainer.kubeflow.org "<name>" not found'.
 _COPY_NOT_SEEN = ("must be created before the trainjob", "trainingruntime")
+
+
+# How long the TrainJob create waits, in this delivery, for the Trainer's cache to see the copy before the
+# task is retried (the lag is usually milliseconds; a task retry waits seconds).
+COPY_SEEN_WAITS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
+
+
+def _create_trainjob_on_copy(body: dict[str, Any], label_domain: str, job_id: str) -> dict[str, Any]:
+    """Create (or adopt) the TrainJob right after its runtime copy. The copy exists (created or adopted just
+    before): a denial for a runtime the Trainer has not seen yet is retried here a few times, then raised as
+    transient so the task retries later."""
+    for wait in (*COPY_SEEN_WAITS, None):
+        try:
+            return _create_or_adopt(TRAINJOB, body, label_domain, job_id)
+        except Rejected as exc:
+            if not _copy_not_seen_yet(exc):
+                raise
+            if wait is None:
+                raise TransientSubmitError(str(exc)) from exc
+            time.sleep(wait)
+    raise AssertionError("unreachable")
 
 
 def _copy_not_seen_yet(exc: Rejected) -> bool:

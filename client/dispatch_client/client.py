@@ -12,6 +12,7 @@ with client.connect(runtime="mpi-interactive", image="local/mpi:v1", num_nodes=4
 
 from __future__ import annotations
 
+import http.client
 import logging
 import os
 import time
@@ -51,6 +52,27 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT = (5.0, 60.0)
 SESSION_DONE_STATES = frozenset({"closed"})
 RuntimeLike = str | Mapping[str, Any] | RuntimeRef | Runtime
+
+
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _stale_connection(exc: BaseException) -> bool:
+    """Did the server close the (pooled) connection without answering, rather than refuse or time out?"""
+    pending: list[BaseException] = [exc]
+    seen: set[int] = set()
+    while pending:
+        error = pending.pop()
+        if id(error) in seen:
+            continue
+        seen.add(id(error))
+        if isinstance(error, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)):
+            return True
+        # requests wraps urllib3's ProtocolError("Connection aborted.", <the socket's error>)
+        pending.extend(
+            e for e in (error.__cause__, error.__context__, *error.args) if isinstance(e, BaseException)
+        )
+    return False
 
 
 class Client:
@@ -93,12 +115,23 @@ class Client:
         url = path if path.startswith("http") else f"{self.url}{path}"
         what = f"{method} {path}"
         timeout = self.timeout if read_timeout is None else (self.timeout[0], read_timeout)
-        try:
-            response = self._http.request(
-                method, url, json=json, params=params, headers=dict(headers or {}), timeout=timeout
-            )
-        except requests.RequestException as exc:
-            raise ConnectionFailed(f"{what}: no answer from {self.url}: {exc}") from exc
+        headers = dict(headers or {})
+        # A pooled keep-alive connection the server closes as the request goes out answers nothing
+        # ("Remote end closed connection without response"); the request never reached the application, and
+        # a read or an idempotent submission is sent once more on a fresh connection.
+        resend = method.upper() in _SAFE_METHODS or "Idempotency-Key" in headers
+        for last in (not resend, True):
+            try:
+                response = self._http.request(
+                    method, url, json=json, params=params, headers=headers, timeout=timeout
+                )
+                break
+            except requests.ConnectionError as exc:
+                if last or not _stale_connection(exc):
+                    raise ConnectionFailed(f"{what}: no answer from {self.url}: {exc}") from exc
+                logger.debug("%s: the server closed a pooled connection; sending again", what)
+            except requests.RequestException as exc:
+                raise ConnectionFailed(f"{what}: no answer from {self.url}: {exc}") from exc
         body: Any
         try:
             body = response.json() if response.content else None
