@@ -348,7 +348,12 @@ def execution_submit(*, execution_id: int, holder: str | None = None, retry_in: 
             return
         assert plan.training_runtime is not None and plan.train_job is not None
         copy = _create_or_adopt(TRAINING_RUNTIME, plan.training_runtime, label_domain, job.id)
-        trainjob = _create_trainjob_on_copy(plan.train_job, label_domain, job.id)
+        try:
+            trainjob = create_trainjob_on_copy(plan.train_job, label_domain, job.id)
+        except Rejected as exc:
+            if _copy_not_seen_yet(exc):  # still unseen after the waits: the task retries later
+                raise TransientSubmitError(str(exc)) from exc
+            raise
         _own_copy(copy, trainjob)
     except TransientSubmitError:
         _hold(execution.pk, holder, retry_in)
@@ -425,20 +430,18 @@ _COPY_NOT_SEEN = ("must be created before the trainjob", "trainingruntime")
 COPY_SEEN_WAITS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 
 
-def _create_trainjob_on_copy(body: dict[str, Any], label_domain: str, job_id: str) -> dict[str, Any]:
-    """Create (or adopt) the TrainJob right after its runtime copy. The copy exists (created or adopted just
-    before): a denial for a runtime the Trainer has not seen yet is retried here a few times, then raised as
-    transient so the task retries later."""
-    for wait in (*COPY_SEEN_WAITS, None):
+def create_trainjob_on_copy(body: dict[str, Any], label_domain: str, owner_id: str) -> dict[str, Any]:
+    """Create (or adopt) the TrainJob right after its runtime copy (of a job or a session). The copy exists
+    (created or adopted just before): a denial for a runtime the Trainer has not seen yet is tried again a few
+    times; after the last wait the denial is raised (`_copy_not_seen_yet` tells it from a real rejection)."""
+    for wait in COPY_SEEN_WAITS:
         try:
-            return _create_or_adopt(TRAINJOB, body, label_domain, job_id)
+            return _create_or_adopt(TRAINJOB, body, label_domain, owner_id)
         except Rejected as exc:
             if not _copy_not_seen_yet(exc):
                 raise
-            if wait is None:
-                raise TransientSubmitError(str(exc)) from exc
             time.sleep(wait)
-    raise AssertionError("unreachable")
+    return _create_or_adopt(TRAINJOB, body, label_domain, owner_id)
 
 
 def _copy_not_seen_yet(exc: Rejected) -> bool:

@@ -43,10 +43,10 @@ from jobs.services import (
     TRAINING_RUNTIME,
     TRAINJOB,
     NamespaceNotGranted,
-    _copy_not_seen_yet,
     _create_or_adopt,
     _ours,
     _own_copy,
+    create_trainjob_on_copy,
 )
 from jobs.spec import JobSpec, RuntimeRef
 from runtimes.models import AllowListEntry, SiteSettings, runtime_ref
@@ -379,7 +379,7 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
     )
     try:
         made_copy = _create_or_adopt(TRAINING_RUNTIME, copy, site.label_domain, session.id)
-        made_job = _create_trainjob(train_job, site.label_domain, session.id)
+        made_job = create_trainjob_on_copy(train_job, site.label_domain, session.id)
         _own_copy(made_copy, made_job)
     except ClusterError as exc:
         message = f"could not create the session's objects: {exc.target}: {exc.message}"
@@ -392,22 +392,6 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
         raise SessionCreateFailed(session, message, transient=exc.transient) from None
     transaction.on_commit(lambda: _enqueue("session_watch", session.pk), robust=True)
     return session
-
-
-# The Trainer's webhook refuses a TrainJob whose runtime copy its cache has not seen yet; the copy was made
-# a moment ago, so that refusal is retried for a short while.
-COPY_SEEN_SECONDS: Final = 5.0
-
-
-def _create_trainjob(body: dict[str, Any], label_domain: str, session_id: str) -> dict[str, Any]:
-    deadline = time.monotonic() + COPY_SEEN_SECONDS
-    while True:
-        try:
-            return _create_or_adopt(TRAINJOB, body, label_domain, session_id)
-        except Rejected as exc:
-            if not _copy_not_seen_yet(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(POLL_SECONDS)
 
 
 def _refused(owner: User, ref_text: str, namespace: str, reasons: list[Reason]) -> SessionRefused:
