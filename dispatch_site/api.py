@@ -129,6 +129,16 @@ class CreatedCursorPagination(CursorPagination):
             )
         return int(raw)
 
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """DRF's page schema says `nullable: true`, which OpenAPI 3.1 (JSON Schema) does not know: a page
+        without a next or previous one answers null, so the type says so."""
+        paginated = super().get_paginated_response_schema(schema)
+        for link in ("next", "previous"):
+            field = paginated["properties"][link]
+            field.pop("nullable", None)
+            field["type"] = ["string", "null"]
+        return paginated
+
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
         parameters = super().get_schema_operation_parameters(view)
         for parameter in parameters:

@@ -154,6 +154,9 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "dispatch API",
     "DESCRIPTION": "Plan, start and supervise Kubeflow Trainer TrainJobs; curate the runtime allow-list.",
     "VERSION": "1",
+    # 3.1: JSON Schema 2020-12, which can state the rules on map keys (propertyNames: env names, label keys,
+    # resource names) that 3.0 cannot.
+    "OAS_VERSION": "3.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

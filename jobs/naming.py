@@ -16,6 +16,8 @@ from typing import Any, Final
 from runtimes.rules import TRAINER_ANCESTOR_LABEL
 
 POD_NAME_LIMIT: Final = 63
+# The prefix of the labels dispatch puts on what it creates, unless the platform sets another (SiteSettings).
+DEFAULT_LABEL_DOMAIN: Final = "dispatch.dev"
 JOB_ID_PREFIX: Final = "j"
 JOB_ID_RANDOM_CHARS: Final = 10  # 50 bits
 _BASE32: Final = "abcdefghijklmnopqrstuvwxyz234567"  # RFC 4648 alphabet, lowercased: valid in DNS names
@@ -36,7 +38,7 @@ def new_job_id() -> str:
 
 
 def is_job_id(value: str) -> bool:
-    return bool(_JOB_ID.match(value))
+    return bool(_JOB_ID.fullmatch(value))
 
 
 def trainjob_name_prefix(name: str) -> str | None:

@@ -15,6 +15,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from dispatch_site.api import StrictSerializer
+from jobs.naming import DEFAULT_LABEL_DOMAIN
 from jobs.spec import (
     _DNS1123_LABEL,
     _DNS1123_SUBDOMAIN,
@@ -24,12 +25,17 @@ from jobs.spec import (
     DNS1123_LABEL_MAX,
     DNS1123_SUBDOMAIN_MAX,
     ENV_MAX_ITEMS,
+    ENV_NAME_PATTERN,
     IMAGE_MAX,
+    IMAGE_PATTERN,
     INT32_MAX,
     INT64_MAX,
+    LABEL_VALUE_PATTERN,
     MAX_BACKOFF_SECONDS,
     MAX_RETRIES,
     NUM_NODES_MAX,
+    QUALIFIED_NAME_PATTERN,
+    QUANTITY_PATTERN,
     RETRYABLE_CAUSES,
     RUNTIME_KINDS,
     TRAINING_RUNTIME,
@@ -38,10 +44,12 @@ from jobs.spec import (
     dns1123_label_problem,
     dns1123_subdomain_problem,
     env_name_problem,
+    image_problem,
     label_value_problem,
     parse_quantity,
     qualified_name_problem,
     quantity_problem,
+    reserved_label_keys_pattern,
 )
 
 # Labels dispatch sets itself on the TrainJob; queue_name is how a job names its Kueue queue.
@@ -49,6 +57,20 @@ RESERVED_LABEL_KEYS = {
     "app.kubernetes.io/managed-by": "dispatch sets it",
     "kueue.x-k8s.io/queue-name": "use queue_name",
 }
+
+
+# The map and quantity rules as the schema states them (jobs.spec's patterns). The reserved label prefix is
+# the default label domain's: a site that sets another reserves that one, which a static schema cannot know.
+QUANTITY_SCHEMA: dict[str, Any] = {
+    "oneOf": [{"type": "string", "pattern": QUANTITY_PATTERN}, {"type": "integer", "minimum": 0}],
+    "example": "500m",
+}
+ENV_NAME_SCHEMA: dict[str, Any] = {"type": "string", "pattern": ENV_NAME_PATTERN}
+LABEL_KEY_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "pattern": reserved_label_keys_pattern(RESERVED_LABEL_KEYS, [f"{DEFAULT_LABEL_DOMAIN}/"]),
+}
+LABEL_VALUE_SCHEMA: dict[str, Any] = {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN}
 
 
 def _check(problem: Callable[[str], str | None]) -> Callable[[str], None]:
@@ -63,24 +85,29 @@ def _check(problem: Callable[[str], str | None]) -> Callable[[str], None]:
 
 
 class StrictIntegerField(serializers.IntegerField):
-    """An integer that is a JSON integer: DRF's IntegerField also takes "3" and 3.0 (and true is not one)."""
+    """An integer that is a JSON integer: 3, and 3.0 (JSON Schema counts a number without a fraction as an
+    integer), but not "3", 3.5 or true (DRF's IntegerField takes "3")."""
 
     def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid")
-        return super().to_internal_value(data)
+        return super().to_internal_value(_json_integer(data, self.fail))
 
 
-@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "integer"}], "example": "500m"})
+def _json_integer(data: Any, fail: Callable[[str], Any]) -> int:
+    if isinstance(data, float) and data.is_integer() and abs(data) < 2**63:
+        return int(data)
+    if isinstance(data, bool) or not isinstance(data, int):
+        fail("invalid")
+    return int(data)
+
+
+@extend_schema_field(QUANTITY_SCHEMA)
 class QuantityField(serializers.Field):
     """A Kubernetes quantity: a string ("500m", "4Gi") or an integer; kept as a string."""
 
     default_error_messages = {"invalid": "must be a quantity string like '500m', '2' or '4Gi'"}
 
     def to_internal_value(self, data: Any) -> str:
-        if isinstance(data, bool) or not isinstance(data, str | int):
-            self.fail("invalid")
-        text = str(data)
+        text = data if isinstance(data, str) else str(_json_integer(data, self.fail))
         problem = quantity_problem(text)
         if problem:
             raise serializers.ValidationError(problem)
@@ -124,12 +151,13 @@ _RUNTIME_NAME_SCHEMA = {
 }
 
 
-@extend_schema_field({"type": "string", "maxLength": IMAGE_MAX, "pattern": "^[^\\s\\u0000]*$"})
+@extend_schema_field({"type": "string", "minLength": 1, "maxLength": IMAGE_MAX, "pattern": IMAGE_PATTERN})
 class ImageField(serializers.CharField):
-    """A container image reference: no whitespace (JobSpecSerializer.validate_image), no NUL."""
+    """A container image reference (registry/name:tag or @digest): printable ASCII without spaces. The
+    kubelet could not pull anything else, and would only say so after the TrainJob exists."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(max_length=IMAGE_MAX, **kwargs)
+        super().__init__(max_length=IMAGE_MAX, validators=[_check(image_problem)], **kwargs)
 
 
 # The schema a client sees: a ClusterTrainingRuntime has no namespace, a TrainingRuntime is the one in the
@@ -154,6 +182,49 @@ class RuntimeRefSerializer(StrictSerializer):
     namespace = Dns1123LabelField(required=False)
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "propertyNames": ENV_NAME_SCHEMA,
+        "maxProperties": ENV_MAX_ITEMS,
+        "description": "Environment variables for every rank's trainer container. Names are C identifiers; "
+        "names the Trainer, Kubernetes or dispatch set are reserved.",
+    }
+)
+class EnvField(serializers.DictField):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=serializers.CharField(allow_blank=True, trim_whitespace=False), **kwargs)
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": LABEL_VALUE_SCHEMA,
+        "propertyNames": LABEL_KEY_SCHEMA,
+        "description": "Labels for the TrainJob. Keys are qualified names ([prefix/]name); the keys dispatch "
+        "sets and its own label domain are reserved.",
+    }
+)
+class LabelsField(serializers.DictField):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=serializers.CharField(allow_blank=True, trim_whitespace=False), **kwargs)
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": QUANTITY_SCHEMA,
+        "propertyNames": {"type": "string", "pattern": QUALIFIED_NAME_PATTERN},
+    }
+)
+class ResourceListField(serializers.DictField):
+    """A corev1.ResourceList: resource name ([prefix/]name) to quantity."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=QuantityField(), **kwargs)
+
+
 def _resource_problem(name: str, _quantity: str) -> str | None:
     problem = qualified_name_problem(name)
     return f"resource name {problem}" if problem else None
@@ -162,8 +233,8 @@ def _resource_problem(name: str, _quantity: str) -> str | None:
 class ResourceRequirementsSerializer(StrictSerializer):
     """corev1.ResourceRequirements without claims (resource claims cannot be given per node here)."""
 
-    requests = serializers.DictField(child=QuantityField(), required=False)
-    limits = serializers.DictField(child=QuantityField(), required=False)
+    requests = ResourceListField(required=False)
+    limits = ResourceListField(required=False)
 
     def validate_requests(self, value: dict[str, str]) -> dict[str, str]:
         _keyed_errors(value, _resource_problem)
@@ -270,7 +341,8 @@ class JobSpecSerializer(StrictSerializer):
 
     runtime = RuntimeRefSerializer()
     namespace = Dns1123LabelField()
-    display_name = serializers.CharField(required=False, max_length=DISPLAY_NAME_MAX)
+    # Blank (or only spaces) is no display name: the job shows its id.
+    display_name = serializers.CharField(required=False, allow_blank=True, max_length=DISPLAY_NAME_MAX)
     image = ImageField()
     command = serializers.ListField(
         child=serializers.CharField(allow_blank=True, trim_whitespace=False),
@@ -282,23 +354,14 @@ class JobSpecSerializer(StrictSerializer):
         required=False,
         max_length=ARGS_MAX_ITEMS,
     )
-    env = serializers.DictField(
-        child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False
-    )
+    env = EnvField(required=False)
     num_nodes = StrictIntegerField(required=False, min_value=1, max_value=NUM_NODES_MAX)
     procs_per_node = StrictIntegerField(required=False, min_value=1, max_value=INT32_MAX)
     resources_per_node = ResourceRequirementsSerializer(required=False)
     active_deadline_seconds = StrictIntegerField(required=False, min_value=1, max_value=INT64_MAX)
-    labels = serializers.DictField(
-        child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False
-    )
+    labels = LabelsField(required=False)
     queue_name = QueueNameField(required=False)
     recovery_policy = RecoveryPolicySerializer(required=False)
-
-    def validate_image(self, value: str) -> str:
-        if any(c.isspace() for c in value):
-            raise serializers.ValidationError("must not contain whitespace")
-        return value
 
     def validate_env(self, value: dict[str, str]) -> dict[str, str]:
         if len(value) > ENV_MAX_ITEMS:
@@ -346,7 +409,7 @@ class JobSpecSerializer(StrictSerializer):
             ),
             namespace=data["namespace"],
             image=data["image"],
-            display_name=data.get("display_name"),
+            display_name=data.get("display_name") or None,
             command=tuple(data.get("command", ())),
             args=tuple(data.get("args", ())),
             env=tuple(data.get("env", {}).items()),

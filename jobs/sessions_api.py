@@ -25,6 +25,7 @@ from jobs import sessions
 from jobs.models import Session, SessionState
 from jobs.serializers import (
     Dns1123LabelField,
+    EnvField,
     ImageField,
     JobSpecSerializer,
     RuntimeRefSerializer,
@@ -67,9 +68,7 @@ class SessionOpenSerializer(StrictSerializer):
     name = TrainJobNameField(required=False)
     image = ImageField()
     num_nodes = StrictIntegerField(required=False, min_value=1, max_value=NUM_NODES_MAX)
-    env = serializers.DictField(
-        child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False
-    )
+    env = EnvField(required=False)
     command = serializers.ListField(
         child=serializers.CharField(allow_blank=True, trim_whitespace=False),
         required=False,
@@ -84,9 +83,8 @@ class SessionOpenSerializer(StrictSerializer):
         f"{settings.SESSION_OPEN_TIMEOUT_SECONDS})",
     )
 
-    # The job request's own checks: an image without whitespace, env names the TrainJob accepts, and a
+    # The job request's own checks: env names the TrainJob accepts, and a
     # TrainingRuntime only from the session's namespace.
-    validate_image = JobSpecSerializer.validate_image
     validate_env = JobSpecSerializer.validate_env
     validate = JobSpecSerializer.validate
 

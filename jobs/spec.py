@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal, localcontext
 from typing import Any, Final, Literal
 
 RuntimeKind = Literal["ClusterTrainingRuntime", "TrainingRuntime"]
@@ -68,8 +68,10 @@ RETRYABLE_CAUSES: Final = tuple(c for c in FAILURE_CAUSES if c not in ("cancelle
 MAX_RETRIES: Final = 10
 MAX_BACKOFF_SECONDS: Final = 3600
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS1123_LABEL_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS1123_SUBDOMAIN_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_DNS1123_LABEL = re.compile(DNS1123_LABEL_PATTERN)
+_DNS1123_SUBDOMAIN = re.compile(DNS1123_SUBDOMAIN_PATTERN)
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Kubernetes resource.Quantity syntax: <number><suffix>, the suffix binary (Ki..Ei), decimal (n..E) or 1e3.
@@ -77,6 +79,9 @@ _QUANTITY = re.compile(
     r"^(?P<sign>[+-]?)(?P<num>[0-9]+(\.[0-9]*)?|\.[0-9]+)"
     r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
 )
+# An exponent beyond this is a typo, not a resource amount (and would overflow the arithmetic).
+QUANTITY_EXPONENT_MAX: Final = 999_999
+_WIDE = Context(prec=40, Emax=MAX_EMAX, Emin=MIN_EMIN)
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 
@@ -87,15 +92,36 @@ _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "
 def dns1123_label_problem(value: str) -> str | None:
     if len(value) > DNS1123_LABEL_MAX:
         return f"must be at most {DNS1123_LABEL_MAX} characters (it has {len(value)})"
-    if not _DNS1123_LABEL.match(value):
+    if not _DNS1123_LABEL.fullmatch(value):
         return "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending alphanumeric"
     return None
+
+
+# An image reference: printable ASCII, no spaces (registry/name:tag, name@sha256:...).
+IMAGE_PATTERN: Final = "^[!-~]+$"
+_IMAGE = re.compile(IMAGE_PATTERN)
+
+
+def image_problem(value: str) -> str | None:
+    if not _IMAGE.fullmatch(value):
+        return "must be an image reference (registry/name:tag): printable ASCII without spaces"
+    return None
+
+
+def is_dns1123_label(value: str) -> bool:
+    """A namespace or container name."""
+    return dns1123_label_problem(value) is None
+
+
+def is_dns1123_subdomain(value: str) -> bool:
+    """A runtime (most object) name."""
+    return dns1123_subdomain_problem(value) is None
 
 
 def dns1123_subdomain_problem(value: str) -> str | None:
     if len(value) > DNS1123_SUBDOMAIN_MAX:
         return f"must be at most {DNS1123_SUBDOMAIN_MAX} characters (it has {len(value)})"
-    if not _DNS1123_SUBDOMAIN.match(value):
+    if not _DNS1123_SUBDOMAIN.fullmatch(value):
         return (
             "must be a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', "
             "starting and ending alphanumeric"
@@ -118,7 +144,7 @@ def qualified_name_problem(key: str) -> str | None:
         return "the name must not be empty"
     if len(name) > 63:
         return f"the name part must be at most 63 characters (it has {len(name)})"
-    if not _QUALIFIED_NAME.match(name):
+    if not _QUALIFIED_NAME.fullmatch(name):
         return "the name part must be alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
     return None
 
@@ -126,13 +152,13 @@ def qualified_name_problem(key: str) -> str | None:
 def label_value_problem(value: str) -> str | None:
     if len(value) > 63:
         return f"must be at most 63 characters (it has {len(value)})"
-    if value and not _QUALIFIED_NAME.match(value):
+    if value and not _QUALIFIED_NAME.fullmatch(value):
         return "must be empty or alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
     return None
 
 
 def env_name_problem(name: str) -> str | None:
-    if not _C_IDENTIFIER.match(name):
+    if not _C_IDENTIFIER.fullmatch(name):
         return "must be a C identifier: letters, digits and '_', not starting with a digit"
     for prefix, owner in RESERVED_ENV_PREFIXES.items():
         if name.startswith(prefix):
@@ -144,7 +170,7 @@ def env_name_problem(name: str) -> str | None:
 
 def parse_quantity(value: str) -> Decimal:
     """A Kubernetes quantity as a number ("500m" -> 0.5, "2Gi" -> 2147483648). ValueError if malformed."""
-    match = _QUANTITY.match(value)
+    match = _QUANTITY.fullmatch(value)
     if not match:
         raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 500m, 2, 4Gi, 1e3)")
     number = Decimal(match["sign"] + match["num"])
@@ -153,7 +179,13 @@ def parse_quantity(value: str) -> Decimal:
         return number * _BINARY[suffix]
     if suffix in _DECIMAL:
         return number.scaleb(_DECIMAL[suffix])
-    return number.scaleb(int(suffix[1:]))  # exponent form: 1e3
+    exponent = int(suffix[1:])  # exponent form: 1e3
+    if abs(exponent) > QUANTITY_EXPONENT_MAX:
+        raise ValueError(
+            f"{value!r}: the exponent must be from -{QUANTITY_EXPONENT_MAX} to {QUANTITY_EXPONENT_MAX}"
+        )
+    with localcontext(_WIDE):
+        return number.scaleb(exponent)
 
 
 def quantity_problem(value: str) -> str | None:
@@ -161,9 +193,42 @@ def quantity_problem(value: str) -> str | None:
         number = parse_quantity(value)
     except ValueError as exc:
         return str(exc)
-    if number < 0:
+    if number < 0 or value.startswith("-"):
         return f"{value!r} is negative; resource quantities must be >= 0"
     return None
+
+
+# --- the same rules as JSON Schema, for the OpenAPI document ------------------------------------------------
+# ECMA-262 patterns (the subset Python's re reads alike). tests/unit/test_spec_schema.py checks each against
+# its function above on generated strings, so a rule changed in one place and not the other fails there.
+
+
+def _literal(text: str) -> str:
+    """`text` as a pattern matching itself (only the characters our fixed names contain are escaped)."""
+    return re.sub(r"([.\\+*?^$()\[\]{}|])", r"\\\1", text)
+
+
+_SEGMENT = "[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_NAME_PART = "[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+# [prefix/]name: the prefix a DNS-1123 subdomain of at most 253 characters, the name at most 63.
+QUALIFIED_NAME_PATTERN: Final = (
+    f"^(?![^/]{{{DNS1123_SUBDOMAIN_MAX + 1},}}/)(?:{_SEGMENT}(?:\\.{_SEGMENT})*/)?{_NAME_PART}$"
+)
+LABEL_VALUE_PATTERN: Final = f"^(?:{_NAME_PART})?$"
+_RESERVED_ENV_PREFIX = "|".join(_literal(p) for p in RESERVED_ENV_PREFIXES)
+_RESERVED_ENV_NAME = "|".join(_literal(n) for n in RESERVED_ENV_NAMES)
+_RESERVED_ENV = f"(?:{_RESERVED_ENV_PREFIX})|(?:{_RESERVED_ENV_NAME})$"
+ENV_NAME_PATTERN: Final = f"^(?!{_RESERVED_ENV})[A-Za-z_][A-Za-z0-9_]*$"
+# A quantity that is not negative (quantity_problem): no '-' sign.
+QUANTITY_PATTERN: Final = (
+    r"^\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?0*[0-9]{1,6})?$"
+)
+
+
+def reserved_label_keys_pattern(exact: Iterable[str], prefixes: Iterable[str]) -> str:
+    """A qualified name that is none of `exact` and starts with none of `prefixes`."""
+    reserved = [f"(?:{_literal(k)})$" for k in exact] + [_literal(p) for p in prefixes]
+    return f"^(?!{'|'.join(reserved)})" + QUALIFIED_NAME_PATTERN[1:]
 
 
 # --- the spec ---------------------------------------------------------------------------------------------

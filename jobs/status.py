@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from jobs.naming import DEFAULT_LABEL_DOMAIN
+
 # States and causes as strings (the values of jobs.models.JobState / Cause; this module imports no Django).
 QUEUED: Final = "queued"
 RUNNING: Final = "running"
@@ -89,7 +91,7 @@ class Thresholds:
 @dataclass(frozen=True)
 class Context:
     now: datetime
-    label_domain: str = "dispatch.dev"
+    label_domain: str = DEFAULT_LABEL_DOMAIN
     attempt: int | None = None  # None: read from the objects' labels
     identity_warned: bool = False  # the plan carried an allowRankRestart identity warning
     thresholds: Thresholds = field(default_factory=Thresholds)

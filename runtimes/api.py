@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.core.validators import RegexValidator
@@ -17,12 +16,11 @@ from rest_framework.views import APIView
 
 from dispatch_site.api import DetailSerializer, RejectUnknownFieldsMixin, StrictSerializer
 from dispatch_site.permissions import IsPlatform, IsPlatformOrReadOnly
-from jobs.serializers import RecoveryPolicySerializer
+from jobs.serializers import Dns1123SubdomainField, RecoveryPolicySerializer
+from jobs.spec import DNS1123_LABEL_PATTERN, is_dns1123_label, is_dns1123_subdomain
 from runtimes import selectors, services
 from runtimes.models import PublishVia, RuntimeKind, RuntimeVerdict, SiteSettings
 
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 CLUSTER_SCOPE = "_"
 
 
@@ -133,9 +131,9 @@ def parse_runtime_key(kind: str, namespace: str, name: str) -> tuple[str, str, s
         namespace = ""
     if kind == RuntimeKind.CLUSTER and namespace:
         raise Http404("a ClusterTrainingRuntime has no namespace: use _")
-    if kind == RuntimeKind.NAMESPACED and not DNS_LABEL.match(namespace):
+    if kind == RuntimeKind.NAMESPACED and not is_dns1123_label(namespace):
         raise Http404("not a namespace name")
-    if not DNS_SUBDOMAIN.match(name):
+    if not is_dns1123_subdomain(name):
         raise Http404("not a runtime name")
     return kind, namespace, name
 
@@ -168,7 +166,7 @@ class AllowListInputSerializer(StrictSerializer):
             {
                 "properties": {
                     "kind": {"enum": [RuntimeKind.NAMESPACED.value]},
-                    "namespace": {"pattern": DNS_LABEL.pattern},
+                    "namespace": {"pattern": DNS1123_LABEL_PATTERN},
                 },
                 "required": ["kind", "namespace"],
             },
@@ -178,10 +176,7 @@ class AllowListInputSerializer(StrictSerializer):
     }
     kind = serializers.ChoiceField(choices=RuntimeKind.values)
     namespace = serializers.CharField(required=False, allow_blank=True, default="")
-    name = serializers.CharField(
-        max_length=253,
-        validators=[RegexValidator(DNS_SUBDOMAIN, "must be a lowercase RFC 1123 name (a-z, 0-9, '-', '.')")],
-    )
+    name = Dns1123SubdomainField()
     purposes = serializers.MultipleChoiceField(
         choices=["jobs", "sessions"], default={"jobs"}, allow_empty=False
     )
@@ -192,7 +187,7 @@ class AllowListInputSerializer(StrictSerializer):
         if attrs["kind"] == RuntimeKind.NAMESPACED:
             if not namespace:
                 raise ValidationError({"namespace": "a TrainingRuntime needs its namespace"})
-            if not DNS_LABEL.match(namespace):
+            if not is_dns1123_label(namespace):
                 raise ValidationError({"namespace": "must be a lowercase RFC 1123 label"})
         elif namespace:
             raise ValidationError({"namespace": "a ClusterTrainingRuntime has no namespace"})
@@ -278,7 +273,9 @@ class SiteSettingsSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializ
                 ]
             },
             "publish_container": {
-                "validators": [RegexValidator(DNS_LABEL, "must be a container name (RFC 1123 label)")]
+                "validators": [
+                    RegexValidator(DNS1123_LABEL_PATTERN, "must be a container name (RFC 1123 label)")
+                ]
             },
             # DNS_SUBDOMAIN with at least one dot
             "label_domain": {
@@ -297,7 +294,7 @@ class SiteSettingsSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializ
         container = attrs.get("publish_container", getattr(instance, "publish_container", ""))
         if via == PublishVia.INIT_CONTAINER and not container:
             raise ValidationError({"publish_container": "required when publish_via is initContainer"})
-        if container and not DNS_LABEL.match(container):
+        if container and not is_dns1123_label(container):
             raise ValidationError({"publish_container": "must be a container name (RFC 1123 label)"})
         return attrs
 

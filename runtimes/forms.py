@@ -4,7 +4,7 @@ from typing import Any
 
 from django import forms
 
-from runtimes.api import DNS_LABEL, DNS_SUBDOMAIN
+from jobs.spec import is_dns1123_label, is_dns1123_subdomain
 from runtimes.models import RuntimeKind, SiteSettings
 
 
@@ -18,14 +18,14 @@ class AllowListForm(forms.Form):
 
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"].strip()
-        if not DNS_SUBDOMAIN.match(name):
+        if not is_dns1123_subdomain(name):
             raise forms.ValidationError("Use a lowercase RFC 1123 name (a-z, 0-9, '-', '.').")
         return name
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         namespace = (data.get("namespace") or "").strip()
-        if data.get("kind") == RuntimeKind.NAMESPACED and not DNS_LABEL.match(namespace):
+        if data.get("kind") == RuntimeKind.NAMESPACED and not is_dns1123_label(namespace):
             self.add_error("namespace", "A TrainingRuntime needs its namespace (a lowercase RFC 1123 label).")
         if data.get("kind") == RuntimeKind.CLUSTER and namespace:
             self.add_error("namespace", "A ClusterTrainingRuntime has no namespace.")

@@ -7,6 +7,8 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
+from jobs.naming import DEFAULT_LABEL_DOMAIN
+
 
 class RuntimeKind(models.TextChoices):
     CLUSTER = "ClusterTrainingRuntime", "ClusterTrainingRuntime"
@@ -85,7 +87,7 @@ class SiteSettings(models.Model):
     allow_rank_restart = models.BooleanField(default=False)
     publish_via = models.CharField(max_length=16, choices=PublishVia.choices, default=PublishVia.ENV)
     publish_container = models.CharField(max_length=63, blank=True, default="")
-    label_domain = models.CharField(max_length=253, default="dispatch.dev")
+    label_domain = models.CharField(max_length=253, default=DEFAULT_LABEL_DOMAIN)
     trainer_version = models.CharField(max_length=32, default="v2.3.0")
     # The site's recovery policy (jobs.recovery): overrides of the built-in default; a job may override it.
     recovery_policy = models.JSONField(default=dict, blank=True)

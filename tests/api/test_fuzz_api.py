@@ -19,7 +19,6 @@ import schemathesis
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
-from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
 
@@ -43,16 +42,6 @@ def keep_test_connection() -> Iterator[None]:
         request_finished.connect(close_old_connections)
 
 
-def without_key_rules(case: Any) -> None:
-    """OpenAPI 3.0 cannot state a rule on map keys (env names are C identifiers, not reserved; label keys
-    and resource names are qualified names), so the schema cannot say it and a valid case leaves those
-    maps empty."""
-    if case.meta.generation.mode == GenerationMode.POSITIVE and isinstance(case.body, dict):
-        for key in ("env", "labels", "resources_per_node"):
-            if key in case.body:
-                case.body[key] = {}
-
-
 @pytest.mark.django_db
 @schema.parametrize()
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -60,7 +49,6 @@ def test_every_answer_is_documented(case: Any, platform_user: Any, keep_test_con
     # Each example starts from the default site settings: a PATCH of an earlier one must not decide what a
     # later PATCH may omit (publish_container is required only once publish_via is initContainer).
     SiteSettings.objects.all().delete()
-    without_key_rules(case)
     # Every check but "no 5xx": with the cluster down, the one allowed 5xx is the documented 503 naming it.
     response = case.call_and_validate(
         headers={"Authorization": f"Token {platform_user[1]}"}, excluded_checks=[not_a_server_error]

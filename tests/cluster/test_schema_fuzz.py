@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis import GenerationMode
 
 from dispatch_site.wsgi import application
-from tests.api.test_fuzz_api import CONFIG, without_key_rules
+from tests.api.test_fuzz_api import CONFIG
 from tests.api.test_fuzz_api import keep_test_connection as keep_test_connection
 
 pytestmark = pytest.mark.cluster
@@ -40,7 +40,6 @@ def runtime_in_namespace(namespaced_runtime: Callable[..., dict[str, Any]], name
 def test_plan_and_submit_answers_match_the_schema(
     case: Any, runtime_in_namespace: str, platform_user: Any, keep_test_connection: None
 ) -> None:
-    without_key_rules(case)
     if case.meta.generation.mode == GenerationMode.POSITIVE and isinstance(case.body, dict):
         # A valid body about something that exists: past validation to the rules and the cluster.
         case.body["namespace"] = runtime_in_namespace

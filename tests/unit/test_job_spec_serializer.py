@@ -110,7 +110,8 @@ def msg(errors: Any, *path: str) -> str:
         ({"runtime": ...}, ("runtime",), "required"),
         ({"image": ""}, ("image",), "blank"),
         ({"image": "a" * 501}, ("image",), "500"),
-        ({"image": "busy box"}, ("image",), "whitespace"),
+        ({"image": "busy box"}, ("image",), "without spaces"),
+        ({"image": "caf\u00e9:1"}, ("image",), "printable ASCII"),
         # names
         ({"namespace": "Team_A"}, ("namespace",), "DNS-1123 label"),
         ({"namespace": "a" * 64}, ("namespace",), "63"),
@@ -136,6 +137,7 @@ def msg(errors: Any, *path: str) -> str:
         ({"num_nodes": -1}, ("num_nodes",), "greater than or equal to 1"),
         ({"num_nodes": 1001}, ("num_nodes",), "less than or equal to 1000"),
         ({"num_nodes": "2"}, ("num_nodes",), "valid integer"),
+        ({"num_nodes": 2.5}, ("num_nodes",), "valid integer"),
         ({"num_nodes": True}, ("num_nodes",), "valid integer"),
         ({"procs_per_node": 0}, ("procs_per_node",), "greater than or equal to 1"),
         ({"active_deadline_seconds": 0}, ("active_deadline_seconds",), "greater than or equal to 1"),
@@ -176,6 +178,16 @@ def msg(errors: Any, *path: str) -> str:
             {"resources_per_node": {"limits": {"memory": "-1Gi"}}},
             ("resources_per_node", "limits", "memory"),
             "negative",
+        ),
+        (  # once a 500: the exponent overflowed the arithmetic
+            {"resources_per_node": {"limits": {"memory": "1e99999999"}}},
+            ("resources_per_node", "limits", "memory"),
+            "exponent must be from",
+        ),
+        (  # a trailing newline is not part of a name (Python's `$` matched before it)
+            {"env": {"LR\n": "1"}},
+            ("env", "LR\n"),
+            "C identifier",
         ),
         (
             {"resources_per_node": {"limits": {"cpu": 1.5}}},
@@ -226,6 +238,15 @@ def msg(errors: Any, *path: str) -> str:
 def test_field_errors(changes: dict[str, Any], path: tuple[str, ...], fragment: str) -> None:
     errors = errors_of(body(**changes))
     assert fragment in msg(errors, *path), errors
+
+
+def test_a_number_without_a_fraction_is_an_integer_as_json_schema_says() -> None:
+    serializer = JobSpecSerializer(
+        data=body(num_nodes=2.0, resources_per_node={"limits": {"nvidia.com/gpu": 1.0}})
+    )
+    assert serializer.is_valid(), serializer.errors
+    spec = serializer.to_spec()
+    assert (spec.num_nodes, spec.resources_per_node["limits"]) == (2, {"nvidia.com/gpu": "1"})
 
 
 def test_every_error_is_reported_at_once() -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -13,8 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dispatch_site import roles
 from dispatch_site.services import user_create
-
-NAMESPACE_RE = re.compile(r"^(\*|[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)$")
+from jobs.spec import is_dns1123_label
 
 
 class Command(BaseCommand):
@@ -39,7 +37,7 @@ class Command(BaseCommand):
             except ValidationError as exc:
                 raise CommandError("password refused: " + " ".join(exc.messages)) from None
         for namespace in options["namespace"]:
-            if not NAMESPACE_RE.match(namespace):
+            if namespace != "*" and not is_dns1123_label(namespace):
                 raise CommandError(f"namespace {namespace!r} is not a valid Kubernetes namespace name")
         _, token = user_create(
             username=username,

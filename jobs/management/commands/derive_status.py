@@ -16,6 +16,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from jobs.naming import DEFAULT_LABEL_DOMAIN
 from jobs.status import Context, Thresholds, derive, parse_time
 from runtimes.management.commands.check_runtime import USAGE_ERROR, load_objects
 
@@ -30,7 +31,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("files", nargs="+", metavar="FILE")
         parser.add_argument("--json", action="store_true", help="print one JSON list, in file order")
-        parser.add_argument("--label-domain", default="dispatch.dev")
+        parser.add_argument("--label-domain", default=DEFAULT_LABEL_DOMAIN)
         parser.add_argument(
             "--now", default="", help="RFC 3339 time to judge waiting causes at (default: the current time)"
         )
