@@ -90,7 +90,7 @@ def job_data(job: Job, *, detail: bool = False) -> dict[str, Any]:
         "state": job.state,
         "cause": job.cause,
         "message": job.message,
-        "evidence": job.evidence or [],  # an older record may hold {} (the field's first default)
+        "evidence": job.evidence,
         "reasons": job.reasons,
         "identity_warnings": job.identity_warnings,
         "identity_findings": job.identity_findings,

@@ -65,7 +65,7 @@ class Job(models.Model):
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING, db_index=True)
     cause = models.CharField(max_length=32, choices=Cause.choices, blank=True, default="")
     message = models.TextField(blank=True, default="")
-    evidence = models.JSONField(default=dict, blank=True)  # object, field and value that prove the cause
+    evidence = models.JSONField(default=list, blank=True)  # [{object, field, value, at}] that prove the cause
     # Supervision (jobs.supervision): what the newest execution shows, copied up for lists and pages.
     failing_rank = models.IntegerField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)

@@ -1,0 +1,47 @@
+"""Data migrations, run forwards on the real database with a row written before them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from rest_framework.test import APIClient
+
+from jobs.models import Job as CurrentJob
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _migrate(target: list[tuple[str, str]]) -> Any:
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(target)
+    return executor.loader.project_state(target).apps
+
+
+def test_a_job_recorded_with_the_old_empty_evidence_answers_a_list(platform_user: Any) -> None:
+    """Job.evidence's first default was {}: a job recorded then reads as [] (one shape for every client)."""
+    old = _migrate([("jobs", "0005_reliability")])
+    try:
+        Job = old.get_model("jobs", "Job")
+        Job.objects.create(
+            id="jaaaaaaaaaa",
+            owner_id=platform_user[0].pk,
+            namespace="team-a",
+            runtime_kind="ClusterTrainingRuntime",
+            runtime_name="dispatch-kind",
+            spec={},
+            evidence={},
+        )
+    finally:
+        _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {platform_user[1]}")
+    response = client.get("/api/v1/jobs/jaaaaaaaaaa")
+    assert response.status_code == 200, response.content
+    assert response.json()["evidence"] == []
+    # Every reader (the API, the job page, exports) sees the list the row now holds.
+    assert CurrentJob.objects.get(pk="jaaaaaaaaaa").evidence == []
