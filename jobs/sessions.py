@@ -17,7 +17,7 @@ import shlex
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from django.conf import settings
@@ -29,6 +29,7 @@ from django.utils import timezone
 from cluster import exec as pods
 from cluster import gateway
 from cluster.errors import ClusterError, NotFound, Rejected
+from cluster.logs import EventRow, events_for
 from dispatch_site import roles
 from dispatch_site.audit import audit_record
 from dispatch_site.models import AuditEvent
@@ -49,6 +50,7 @@ from jobs.services import (
     create_trainjob_on_copy,
 )
 from jobs.spec import JobSpec, RuntimeRef
+from jobs.status import Thresholds, parse_time
 from runtimes.models import AllowListEntry, SiteSettings, runtime_ref
 from runtimes.rules import (
     NO_NODE_CONTAINER,
@@ -220,8 +222,45 @@ def _delete_hint(session: Session) -> str:
     )
 
 
-def decide_start(session: Session, pod: pods.PodInfo | None, *, expired: bool) -> StartDecision:
-    """What the observed trainer pod means for a starting session. Pure (reads the row, writes nothing)."""
+# A creation failure still reported this long after the session's TrainJob was created is not the Trainer's
+# cache lag on the new runtime copy (milliseconds): the session fails at once instead of waiting out its
+# timeout. One threshold with the supervisor's (jobs.status).
+CREATION_FAILED_AFTER: Final = Thresholds().resources_failed_after
+
+
+def creation_failure(
+    events: Sequence[EventRow], trainjob: str, created_at: datetime, now: datetime
+) -> str | None:
+    """Why the session's objects cannot be made, from the namespace's Events: the Trainer cannot build the
+    JobSet (TrainJobResourcesCreationFailed on the TrainJob), or a Job cannot create its pods (FailedCreate,
+    e.g. an admission rule or a LimitRange; an exceeded quota is waited for, it may free up). Only a failure
+    reported CREATION_FAILED_AFTER seconds after the TrainJob was created, and only once that long has
+    passed, counts. Pure."""
+    if (now - created_at).total_seconds() < CREATION_FAILED_AFTER:
+        return None
+    late = created_at + timedelta(seconds=CREATION_FAILED_AFTER / 3)
+    for event in events:  # newest first
+        at = parse_time(event.at)
+        if at is None or at < late:
+            continue
+        kind, _, name = event.object.partition(" ")
+        if kind == "TrainJob" and name == trainjob and event.reason == "TrainJobResourcesCreationFailed":
+            return f"the Trainer cannot build the TrainJob's JobSet: {event.message}"
+        if (
+            kind == "Job"
+            and name.startswith(f"{trainjob}-")
+            and event.reason == "FailedCreate"
+            and "exceeded quota" not in event.message
+        ):
+            return f"Job {name} cannot create its pods: {event.message}"
+    return None
+
+
+def decide_start(
+    session: Session, pod: pods.PodInfo | None, *, expired: bool, failure: str | None = None
+) -> StartDecision:
+    """What the observed trainer pod (or, without one, a creation failure) means for a starting session.
+    Pure (reads the row, writes nothing)."""
     if pod is not None and pod.phase == PHASE_RUNNING:
         return StartDecision(SessionState.RUNNING, pod.name, f"trainer pod {pod.name} is running")
     if pod is not None and pod.phase in FINISHED_PHASES:
@@ -232,6 +271,8 @@ def decide_start(session: Session, pod: pods.PodInfo | None, *, expired: bool) -
             f"command can run in it (a session's command must keep the pod running, like the default "
             f"{shlex.join(KEEP_ALIVE_COMMAND)}); {_delete_hint(session)}",
         )
+    if pod is None and failure:
+        return StartDecision(SessionState.FAILED, "", f"{failure}; {_delete_hint(session)}")
     if not expired:
         return StartDecision(SessionState.STARTING)
     seen = (
@@ -445,7 +486,10 @@ def session_observe(*, session_id: str) -> Session | None:
         if not expired:
             return session
         pod = None
-    decision = decide_start(session, pod, expired=expired)
+    failure = None
+    if pod is None and not expired:
+        failure = _creation_failure(session)
+    decision = decide_start(session, pod, expired=expired, failure=failure)
     if decision.state == SessionState.STARTING:
         return session
     fields: dict[str, Any] = {"pod": decision.pod, "message": decision.message}
@@ -454,6 +498,18 @@ def session_observe(*, session_id: str) -> Session | None:
     _set_state(session, {SessionState.STARTING}, decision.state, **fields)
     session.refresh_from_db()
     return session
+
+
+def _creation_failure(session: Session) -> str | None:
+    now = timezone.now()
+    if (now - session.created_at).total_seconds() < CREATION_FAILED_AFTER:
+        return None  # not worth reading the Events yet
+    try:
+        events = events_for(session.namespace, session.name)
+    except ClusterError as exc:
+        logger.warning("session %s: cannot read its events: %s", session.id, exc)
+        return None
+    return creation_failure(events, session.name, session.created_at, now)
 
 
 def session_wait(*, session: Session, seconds: float, closing: bool = False) -> Session:

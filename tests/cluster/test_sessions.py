@@ -255,6 +255,36 @@ def test_open_times_out_without_ever_taking_a_node_pod_and_says_the_trainjob_exi
     assert not trainjob_exists(kube, namespace, "stuck")
 
 
+def test_pods_the_namespace_forbids_fail_the_session_without_waiting_out_its_timeout(
+    kube: Any, namespace: str, api: APIClient
+) -> None:
+    """A LimitRange caps a container at 50m CPU; the runtime's trainer asks for 100m. The API server's
+    LimitRanger admission refuses every pod, so the Job controller reports FailedCreate and retries for ever
+    (measured here: "pods ... is forbidden: maximum cpu usage per Container is 50m, but limit is 100m").
+    The session fails with that message once it has been reported for a while, long before its 300 s."""
+    kube.core.create_namespaced_limit_range(
+        namespace,
+        {
+            "metadata": {"name": "small"},
+            "spec": {"limits": [{"type": "Container", "max": {"cpu": "50m"}}]},
+        },
+    )
+    runtime = plain_runtime(kube, namespace)
+    response = api.post(
+        "/api/v1/sessions?wait=90",
+        open_body(namespace, runtime, name="capped", timeout_seconds=300),
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    session = response.json()
+    assert session["state"] == "failed", session
+    assert "Job capped-node-0 cannot create its pods" in session["message"], session["message"]
+    assert "maximum cpu usage per Container is 50m" in session["message"]
+    assert f"TrainJob {namespace}/capped was created and still exists" in session["message"]
+    assert "within 300s" not in session["message"]  # not the timeout's answer
+    assert api.delete(f"/api/v1/sessions/{session['id']}?wait=60").json()["state"] == "closed"
+
+
 def test_a_trainer_pod_that_already_finished_fails_the_session_with_a_clear_message(
     kube: Any, namespace: str, api: APIClient
 ) -> None:

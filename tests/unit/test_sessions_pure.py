@@ -4,6 +4,7 @@ channel's status means, how a command becomes argv. No DB, no cluster."""
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,8 @@ from kubernetes.client.exceptions import ApiException
 
 from cluster.errors import ClusterUnavailable, NotFound, Rejected
 from cluster.exec import PodInfo, parse_exec_status, translate_handshake
-from jobs.sessions import command_argv, pick_trainer_pod, session_runtime_check
+from cluster.logs import EventRow
+from jobs.sessions import command_argv, creation_failure, pick_trainer_pod, session_runtime_check
 from runtimes.rules import AllowListMiss
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "dispatch-kind.yaml"
@@ -150,3 +152,44 @@ def test_a_refused_exec_handshake_becomes_the_typed_error_with_the_api_servers_m
     assert isinstance(refused, Rejected)
     down = translate_handshake(ApiException(status=0, reason="[Errno 111] Connection refused"), "Pod ns/p")
     assert isinstance(down, ClusterUnavailable) and "Connection refused" in down.message
+
+
+# ---------------------------------------------------------------- a creation failure fails a starting session
+
+CREATED = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+
+
+def _event(seconds: float, kind_name: str, reason: str, message: str = "denied") -> EventRow:
+    at = (CREATED + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return EventRow(at=at, type="Warning", reason=reason, object=kind_name, message=message, count=1)
+
+
+@pytest.mark.parametrize(
+    ("events", "now", "expected"),
+    [
+        # The Trainer cannot build the JobSet, still 12 s after creation, looked at after 20 s.
+        (
+            [_event(12, "TrainJob s1", "TrainJobResourcesCreationFailed", "webhook denied")],
+            20,
+            "the Trainer cannot build the TrainJob's JobSet: webhook denied",
+        ),
+        # A Job's pods are forbidden (admission, LimitRange).
+        (
+            [_event(18, "Job s1-node-0", "FailedCreate", "forbidden: maximum cpu")],
+            20,
+            "Job s1-node-0 cannot create its pods: forbidden: maximum cpu",
+        ),
+        # Too early to judge: the same failure seen at 10 s.
+        ([_event(8, "Job s1-node-0", "FailedCreate")], 10, None),
+        # Only right after creation: the Trainer's cache lag on the new runtime copy, already over.
+        ([_event(1, "TrainJob s1", "TrainJobResourcesCreationFailed")], 60, None),
+        # An exceeded quota may free up: the session keeps waiting (its timeout decides).
+        ([_event(30, "Job s1-node-0", "FailedCreate", "exceeded quota: pods")], 40, None),
+        # Another session's objects, or another reason.
+        ([_event(30, "TrainJob s10", "TrainJobResourcesCreationFailed")], 40, None),
+        ([_event(30, "Job s10-node-0", "FailedCreate")], 40, None),
+        ([_event(30, "Job s1-node-0", "SuccessfulCreate")], 40, None),
+    ],
+)
+def test_creation_failure(events: list[EventRow], now: float, expected: str | None) -> None:
+    assert creation_failure(events, "s1", CREATED, CREATED + timedelta(seconds=now)) == expected
