@@ -250,7 +250,10 @@ def translate_handshake(exc: ApiException, what: str) -> ClusterError:
     text = str(exc.reason or "")
     status_match = _HANDSHAKE.search(text)
     status = int(status_match.group(1)) if status_match else 0
-    message = _status_message(text) or text
+    # Without a Status body to read, the handshake's text (headers and all) is not shown to users.
+    message = _status_message(text) or (
+        f"the API server answered HTTP {status} to the exec request" if status else text
+    )
     if status == 404:
         return NotFound(what, message, status=status)
     if 400 <= status < 500 and status != 429:

@@ -150,6 +150,12 @@ def test_a_refused_exec_handshake_becomes_the_typed_error_with_the_api_servers_m
         ApiException(status=0, reason=reason.replace("404 Not Found", "400 Bad Request")), "Pod ns/p"
     )
     assert isinstance(refused, Rejected)
+    bare = translate_handshake(
+        ApiException(status=0, reason="Handshake status 404 Not Found -+-+- {'audit-id': 'x'} -+-+- None"),
+        "Pod ns/p",
+    )
+    assert isinstance(bare, NotFound)
+    assert bare.message == "the API server answered HTTP 404 to the exec request"  # no raw headers
     down = translate_handshake(ApiException(status=0, reason="[Errno 111] Connection refused"), "Pod ns/p")
     assert isinstance(down, ClusterUnavailable) and "Connection refused" in down.message
 
