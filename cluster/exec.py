@@ -31,7 +31,7 @@ from kubernetes.stream.ws_client import ERROR_CHANNEL, STDERR_CHANNEL, STDOUT_CH
 
 from cluster.client import api_client, request_timeout
 from cluster.errors import ClusterError, ClusterUnavailable, NotFound, Rejected
-from cluster.gateway import _call, core, target
+from cluster.gateway import call_api, core, target
 
 POD = "Pod"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
@@ -80,7 +80,7 @@ def _int(value: str | None) -> int:
 
 
 def list_pods(namespace: str, label_selector: str) -> list[PodInfo]:
-    result = _call(
+    result = call_api(
         f"Pods in {namespace} ({label_selector})",
         core().list_namespaced_pod,
         namespace,
@@ -91,7 +91,7 @@ def list_pods(namespace: str, label_selector: str) -> list[PodInfo]:
 
 def get_pod(namespace: str, name: str) -> PodInfo | None:
     try:
-        pod = _call(target(POD, namespace, name), core().read_namespaced_pod, name, namespace)
+        pod = call_api(target(POD, namespace, name), core().read_namespaced_pod, name, namespace)
     except NotFound:
         return None
     return PodInfo.from_api(pod)

@@ -100,7 +100,7 @@ def _unreachable(exc: Exception) -> str:
 
 
 @contextmanager
-def _calling(what: str) -> Iterator[None]:
+def calling(what: str) -> Iterator[None]:
     try:
         yield
     except ApiException as exc:
@@ -124,10 +124,10 @@ class _RequestCounter:
 requests_made = _RequestCounter()
 
 
-def _call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def call_api(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     # The generated client types custom-object results as `object`; they are plain dicts.
     requests_made.add()
-    with _calling(what):
+    with calling(what):
         return fn(*args, _request_timeout=request_timeout(), **kwargs)
 
 
@@ -140,7 +140,7 @@ def core() -> client.CoreV1Api:
 
 
 def server_version() -> str:
-    info = _call("apiserver", client.VersionApi(api_client()).get_code)
+    info = call_api("apiserver", client.VersionApi(api_client()).get_code)
     return str(info.git_version)
 
 
@@ -150,14 +150,14 @@ def server_version() -> str:
 def list_runtimes() -> list[RuntimeObject]:
     """Every ClusterTrainingRuntime and TrainingRuntime: one list call per kind, not one call per runtime."""
     api = custom()
-    cluster_wide = _call(
+    cluster_wide = call_api(
         "ClusterTrainingRuntimes",
         api.list_cluster_custom_object,
         TRAINER_GROUP,
         TRAINER_VERSION,
         "clustertrainingruntimes",
     )
-    namespaced = _call(
+    namespaced = call_api(
         "TrainingRuntimes", api.list_cluster_custom_object, TRAINER_GROUP, TRAINER_VERSION, "trainingruntimes"
     )
     return [
@@ -184,7 +184,7 @@ def forget_cached_runtimes() -> None:
 def _read_runtime(kind: str, namespace: str, name: str) -> RuntimeObject | None:
     if kind == "ClusterTrainingRuntime":
         try:
-            body = _call(
+            body = call_api(
                 target(kind, "", name),
                 custom().get_cluster_custom_object,
                 TRAINER_GROUP,
@@ -207,7 +207,7 @@ def _read_runtime(kind: str, namespace: str, name: str) -> RuntimeObject | None:
 def create_namespaced(kind: str, body: dict[str, Any]) -> dict[str, Any]:
     meta = body["metadata"]
     what = target(kind, meta["namespace"], meta["name"])
-    created: dict[str, Any] = _call(
+    created: dict[str, Any] = call_api(
         what,
         custom().create_namespaced_custom_object,
         TRAINER_GROUP,
@@ -221,7 +221,7 @@ def create_namespaced(kind: str, body: dict[str, Any]) -> dict[str, Any]:
 
 def get_namespaced(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
     try:
-        body: dict[str, Any] = _call(
+        body: dict[str, Any] = call_api(
             target(kind, namespace, name),
             custom().get_namespaced_custom_object,
             TRAINER_GROUP,
@@ -236,7 +236,7 @@ def get_namespaced(kind: str, namespace: str, name: str) -> dict[str, Any] | Non
 
 
 def patch_namespaced(kind: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-    body: dict[str, Any] = _call(
+    body: dict[str, Any] = call_api(
         target(kind, namespace, name),
         custom().patch_namespaced_custom_object,
         TRAINER_GROUP,
@@ -257,7 +257,7 @@ def delete_namespaced(kind: str, namespace: str, name: str) -> bool:
     which the Trainer's TrainJob webhook denies once the runtime the TrainJob names is gone.
     """
     try:
-        _call(
+        call_api(
             target(kind, namespace, name),
             custom().delete_namespaced_custom_object,
             TRAINER_GROUP,
@@ -275,7 +275,7 @@ def delete_namespaced(kind: str, namespace: str, name: str) -> bool:
 def list_namespaced(kind: str, namespace: str | None, label_selector: str = "") -> list[dict[str, Any]]:
     api = custom()
     if namespace:
-        result = _call(
+        result = call_api(
             f"{kind}s in {namespace}",
             api.list_namespaced_custom_object,
             TRAINER_GROUP,
@@ -285,7 +285,7 @@ def list_namespaced(kind: str, namespace: str | None, label_selector: str = "") 
             label_selector=label_selector,
         )
     else:
-        result = _call(
+        result = call_api(
             f"{kind}s",
             api.list_cluster_custom_object,
             TRAINER_GROUP,
@@ -313,11 +313,9 @@ class Observed:
     nodes: list[dict[str, Any]]
 
 
-def _raw_list(
-    what: str, kind: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
-) -> list[dict[str, Any]]:
+def raw_list(what: str, kind: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
     """One list call, its JSON parsed directly (the generated models cost more than the call on big lists)."""
-    response = _call(what, fn, *args, _preload_content=False, **kwargs)
+    response = call_api(what, fn, *args, _preload_content=False, **kwargs)
     try:
         items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
     except (ValueError, AttributeError) as exc:
@@ -338,7 +336,7 @@ def list_supervised(label_key: str, namespace: str | None = None) -> Observed:
 
     def custom_list(plural: str, kind: str, group: str, version: str) -> list[dict[str, Any]]:
         if namespace:
-            return _raw_list(
+            return raw_list(
                 f"{kind}s{where}",
                 kind,
                 api_custom.list_namespaced_custom_object,
@@ -348,7 +346,7 @@ def list_supervised(label_key: str, namespace: str | None = None) -> Observed:
                 plural,
                 label_selector=selector,
             )
-        return _raw_list(
+        return raw_list(
             f"{kind}s",
             kind,
             api_custom.list_cluster_custom_object,
@@ -361,16 +359,16 @@ def list_supervised(label_key: str, namespace: str | None = None) -> Observed:
     trainjobs = custom_list("trainjobs", "TrainJob", TRAINER_GROUP, TRAINER_VERSION)
     jobsets = custom_list("jobsets", "JobSet", JOBSET_GROUP, JOBSET_VERSION)
     if namespace:
-        jobs = _raw_list(f"Jobs{where}", "Job", batch.list_namespaced_job, namespace, label_selector=selector)
-        pods = _raw_list(
+        jobs = raw_list(f"Jobs{where}", "Job", batch.list_namespaced_job, namespace, label_selector=selector)
+        pods = raw_list(
             f"Pods{where}", "Pod", api_core.list_namespaced_pod, namespace, label_selector=selector
         )
-        events = _raw_list(f"Events{where}", "Event", api_core.list_namespaced_event, namespace)
+        events = raw_list(f"Events{where}", "Event", api_core.list_namespaced_event, namespace)
     else:
-        jobs = _raw_list("Jobs", "Job", batch.list_job_for_all_namespaces, label_selector=selector)
-        pods = _raw_list("Pods", "Pod", api_core.list_pod_for_all_namespaces, label_selector=selector)
-        events = _raw_list("Events", "Event", api_core.list_event_for_all_namespaces)
-    nodes = _raw_list("Nodes", "Node", api_core.list_node)
+        jobs = raw_list("Jobs", "Job", batch.list_job_for_all_namespaces, label_selector=selector)
+        pods = raw_list("Pods", "Pod", api_core.list_pod_for_all_namespaces, label_selector=selector)
+        events = raw_list("Events", "Event", api_core.list_event_for_all_namespaces)
+    nodes = raw_list("Nodes", "Node", api_core.list_node)
     return Observed(trainjobs=trainjobs, jobsets=jobsets, jobs=jobs, pods=pods, events=events, nodes=nodes)
 
 
@@ -393,7 +391,7 @@ def watch_pods(
     }
     if resource_version:
         kwargs["resource_version"] = resource_version
-    with _calling("Pods (watch)"):
+    with calling("Pods (watch)"):
         for event in stream.stream(api.list_pod_for_all_namespaces, _preload_content=False, **kwargs):
             raw = event.get("raw_object") or {}
             if isinstance(raw, dict):

@@ -1,7 +1,7 @@
 """Pod logs and Events for one job's objects: what on-call reads instead of kubectl.
 
 Every call passes an explicit timeout and turns API errors into cluster.errors (through the gateway's
-_call / _calling). Logs are capped server-side (limitBytes) and again while reading, so a chatty rank
+call_api / calling). Logs are capped server-side (limitBytes) and again while reading, so a chatty rank
 cannot fill the web worker's memory.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 from urllib3.exceptions import HTTPError
 
 from cluster.client import request_timeout
-from cluster.gateway import _calling, _raw_list, core, requests_made, target
+from cluster.gateway import calling, core, raw_list, requests_made, target
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
@@ -67,7 +67,7 @@ def _pod_info(item: dict[str, Any]) -> PodInfo:
 
 def list_pods(namespace: str, label_selector: str) -> list[PodInfo]:
     """The pods carrying `label_selector` in `namespace` (one list call)."""
-    items = _raw_list(
+    items = raw_list(
         f"Pods in {namespace} ({label_selector})",
         "Pod",
         core().list_namespaced_pod,
@@ -89,7 +89,7 @@ def read_log(
     """The container's log: its last `tail_lines` lines, at most `limit_bytes` bytes."""
     what = target("Pod", namespace, pod) + f" container {container}"
     requests_made.add()
-    with _calling(what):
+    with calling(what):
         response: Any = core().read_namespaced_pod_log(
             pod,
             namespace,
@@ -123,7 +123,7 @@ def follow_log(
     before a streaming response has sent its headers."""
     what = target("Pod", namespace, pod) + f" container {container}"
     requests_made.add()
-    with _calling(what):
+    with calling(what):
         response: Any = core().read_namespaced_pod_log(
             pod,
             namespace,
@@ -167,7 +167,7 @@ class EventRow:
 def events_for(namespace: str, name_prefix: str, *, limit: int = 200) -> list[EventRow]:
     """The namespace's Events about objects whose name starts with `name_prefix` (a job's TrainJobs,
     JobSets, Jobs and Pods are all named after the job), newest first, at most `limit`."""
-    items = _raw_list(f"Events in {namespace}", "Event", core().list_namespaced_event, namespace)
+    items = raw_list(f"Events in {namespace}", "Event", core().list_namespaced_event, namespace)
     rows = []
     for item in items:
         involved = item.get("involvedObject") or item.get("regarding") or {}

@@ -239,19 +239,19 @@ def _transition(job: Job, old: set[str] | frozenset[str], new: str, **fields: An
     return updated == 1
 
 
-def _ours(obj: dict[str, Any], label_domain: str, job_id: str) -> bool:
+def is_ours(obj: dict[str, Any], label_domain: str, job_id: str) -> bool:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     return bool(labels.get(f"{label_domain}/job") == job_id)
 
 
-def _create_or_adopt(kind: str, body: dict[str, Any], label_domain: str, job_id: str) -> dict[str, Any]:
+def create_or_adopt(kind: str, body: dict[str, Any], label_domain: str, job_id: str) -> dict[str, Any]:
     """Create the object; an existing one carrying our job label is ours from an earlier delivery."""
     meta = body["metadata"]
     try:
         return gateway.create_namespaced(kind, body)
     except AlreadyExists:
         existing = gateway.get_namespaced(kind, meta["namespace"], meta["name"])
-        if existing is None or not _ours(existing, label_domain, job_id):
+        if existing is None or not is_ours(existing, label_domain, job_id):
             raise Rejected(
                 gateway.target(kind, meta["namespace"], meta["name"]),
                 "already exists and was not created by dispatch for this job",
@@ -347,14 +347,14 @@ def execution_submit(*, execution_id: int, holder: str | None = None, retry_in: 
             _refuse_at_start(job, execution, plan, holder)
             return
         assert plan.training_runtime is not None and plan.train_job is not None
-        copy = _create_or_adopt(TRAINING_RUNTIME, plan.training_runtime, label_domain, job.id)
+        copy = create_or_adopt(TRAINING_RUNTIME, plan.training_runtime, label_domain, job.id)
         try:
             trainjob = create_trainjob_on_copy(plan.train_job, label_domain, job.id)
         except Rejected as exc:
             if _copy_not_seen_yet(exc):  # still unseen after the waits: the task retries later
                 raise TransientSubmitError(str(exc)) from exc
             raise
-        _own_copy(copy, trainjob)
+        own_copy(copy, trainjob)
     except TransientSubmitError:
         _hold(execution.pk, holder, retry_in)
         raise
@@ -436,12 +436,12 @@ def create_trainjob_on_copy(body: dict[str, Any], label_domain: str, owner_id: s
     times; after the last wait the denial is raised (`_copy_not_seen_yet` tells it from a real rejection)."""
     for wait in COPY_SEEN_WAITS:
         try:
-            return _create_or_adopt(TRAINJOB, body, label_domain, owner_id)
+            return create_or_adopt(TRAINJOB, body, label_domain, owner_id)
         except Rejected as exc:
             if not _copy_not_seen_yet(exc):
                 raise
             time.sleep(wait)
-    return _create_or_adopt(TRAINJOB, body, label_domain, owner_id)
+    return create_or_adopt(TRAINJOB, body, label_domain, owner_id)
 
 
 def _copy_not_seen_yet(exc: Rejected) -> bool:
@@ -456,7 +456,7 @@ def _warnings_changed(warnings: list[str]) -> str:
     return "judged at start, the runtime gives identity warnings: " + "; ".join(warnings)
 
 
-def _own_copy(copy: dict[str, Any], trainjob: dict[str, Any]) -> None:
+def own_copy(copy: dict[str, Any], trainjob: dict[str, Any]) -> None:
     meta = trainjob["metadata"]
     owner = {
         "apiVersion": trainjob.get("apiVersion", "trainer.kubeflow.org/v1alpha1"),
@@ -582,13 +582,13 @@ def _delete_execution_objects(job: Job, execution: Execution, *, retry_transient
     label_domain = job.label_domain or SiteSettings.load().label_domain
     try:
         trainjob = gateway.get_namespaced(TRAINJOB, job.namespace, name)
-        if trainjob is not None and _ours(trainjob, label_domain, job.id):
+        if trainjob is not None and is_ours(trainjob, label_domain, job.id):
             gateway.delete_namespaced(TRAINJOB, job.namespace, name)
         copy = gateway.get_namespaced(TRAINING_RUNTIME, job.namespace, name)
         owned = copy is not None and any(
             ref.get("kind") == TRAINJOB for ref in (copy.get("metadata") or {}).get("ownerReferences") or []
         )
-        if copy is not None and not owned and _ours(copy, label_domain, job.id):
+        if copy is not None and not owned and is_ours(copy, label_domain, job.id):
             gateway.delete_namespaced(TRAINING_RUNTIME, job.namespace, name)
     except ClusterError as exc:
         logger.warning("could not delete the objects of %s/%s: %s", job.namespace, name, exc)

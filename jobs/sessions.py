@@ -44,10 +44,10 @@ from jobs.services import (
     TRAINING_RUNTIME,
     TRAINJOB,
     NamespaceNotGranted,
-    _create_or_adopt,
-    _ours,
-    _own_copy,
+    create_or_adopt,
     create_trainjob_on_copy,
+    is_ours,
+    own_copy,
 )
 from jobs.spec import JobSpec, RuntimeRef
 from jobs.status import Thresholds, parse_time
@@ -419,9 +419,9 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
         session=session, spec=spec, runtime=body, label_domain=site.label_domain
     )
     try:
-        made_copy = _create_or_adopt(TRAINING_RUNTIME, copy, site.label_domain, session.id)
+        made_copy = create_or_adopt(TRAINING_RUNTIME, copy, site.label_domain, session.id)
         made_job = create_trainjob_on_copy(train_job, site.label_domain, session.id)
-        _own_copy(made_copy, made_job)
+        own_copy(made_copy, made_job)
     except ClusterError as exc:
         message = f"could not create the session's objects: {exc.target}: {exc.message}"
         try:
@@ -696,11 +696,11 @@ def _delete_objects(session: Session, label_domain: str) -> tuple[bool, bool]:
     copy with its owner). Only objects labelled with this session's id are touched. Returns whether the
     TrainJob and the copy were still there."""
     trainjob = gateway.get_namespaced(TRAINJOB, session.namespace, session.name)
-    has_job = trainjob is not None and _ours(trainjob, label_domain, session.id)
+    has_job = trainjob is not None and is_ours(trainjob, label_domain, session.id)
     if has_job and trainjob is not None and not (trainjob.get("metadata") or {}).get("deletionTimestamp"):
         gateway.delete_namespaced(TRAINJOB, session.namespace, session.name)
     copy = gateway.get_namespaced(TRAINING_RUNTIME, session.namespace, session.name)
-    has_copy = copy is not None and _ours(copy, label_domain, session.id)
+    has_copy = copy is not None and is_ours(copy, label_domain, session.id)
     if has_copy and not has_job:
         gateway.delete_namespaced(TRAINING_RUNTIME, session.namespace, session.name)
     return has_job, has_copy

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 
 from jobs import sessions
 from jobs.models import Session, SessionState
-from jobs.views import PAGE_SIZE, POLL_SECONDS, _render_live, page_login_required
+from jobs.views import PAGE_SIZE, POLL_SECONDS, page_login_required, render_live
 
 SETTLED = frozenset({SessionState.CLOSED})
 
@@ -40,7 +40,7 @@ def sessions_page(request: HttpRequest) -> HttpResponse:
         "states": SessionState.values,
         "poll": POLL_SECONDS,
     }
-    return _render_live(request, "sessions/list.html", "sessions/_rows.html", context)
+    return render_live(request, "sessions/list.html", "sessions/_rows.html", context)
 
 
 @page_login_required
@@ -54,7 +54,7 @@ def session_page(request: HttpRequest, session_id: str) -> HttpResponse:
         and sessions.may_close(request.user, session),
         "poll": None if session.state in SETTLED else POLL_SECONDS,
     }
-    return _render_live(request, "sessions/detail.html", "sessions/_status.html", context)
+    return render_live(request, "sessions/detail.html", "sessions/_status.html", context)
 
 
 @page_login_required

@@ -59,7 +59,7 @@ def page_login_required(view: View) -> View:
     return wrapper
 
 
-def _render_live(request: HttpRequest, page: str, partial: str, context: dict[str, Any]) -> HttpResponse:
+def render_live(request: HttpRequest, page: str, partial: str, context: dict[str, Any]) -> HttpResponse:
     """The whole page, or only the partial for an htmx poll of the same URL."""
     response = render(request, partial if getattr(request, "htmx", False) else page, context)
     # The same URL answers with a page or a fragment: caches must keep them apart.
@@ -179,7 +179,7 @@ def jobs_page(request: HttpRequest) -> HttpResponse:
             **{k: v for k, v in context["form"].cleaned_data.items() if v and k in _COUNTED},
         )
         context["count"], context["more"] = selectors.capped_count(jobs)
-    return _render_live(request, "jobs/list.html", "jobs/_rows.html", context)
+    return render_live(request, "jobs/list.html", "jobs/_rows.html", context)
 
 
 _COUNTED = {"q", "state", "cause", "namespace", "runtime", "owner", "identity_warning", "window"}
@@ -399,7 +399,7 @@ def job_page(request: HttpRequest, job_id: str) -> HttpResponse:
             "spec_yaml": _yaml(job.spec),
             "kubectl": kubectl_commands(job, context["executions"], label_domain),
         }
-    return _render_live(request, "jobs/detail.html", "jobs/_status.html", context)
+    return render_live(request, "jobs/detail.html", "jobs/_status.html", context)
 
 
 @page_login_required

@@ -265,7 +265,7 @@ class Figures:
                     self.unnamed_503 += 1
 
 
-def _call(
+def call_api(
     figures: Figures, method: str, url: str, token: str, deadline: float, **kwargs: Any
 ) -> requests.Response | None:
     """One request, repeated while the answer is 503 or no answer (an outage), until `deadline`."""
@@ -471,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         accepted[item["index"]] = job_id
         if item["cancel_after"] is not None:
             time.sleep(item["cancel_after"])
-            _call(figures, "POST", f"{base}/api/v1/jobs/{job_id}/cancel", token, run_deadline)
+            call_api(figures, "POST", f"{base}/api/v1/jobs/{job_id}/cancel", token, run_deadline)
 
     def _submit(key: str, item: dict[str, Any]) -> requests.Response | None:
         while time.monotonic() < run_deadline:
