@@ -90,10 +90,25 @@ def _no_nul(schema: Any) -> None:
             _no_nul(value)
 
 
+def _any_or_null(node: Any) -> None:
+    """OpenAPI 3.1 renders a nullable free-form field (a JSONField) as `oneOf: [{}, {type: null}]`, which no
+    value can satisfy: null matches both. The empty schema already allows null, so it stays alone."""
+    if isinstance(node, dict):
+        one_of = node.get("oneOf")
+        if isinstance(one_of, list) and {} in one_of and {"type": "null"} in one_of and len(one_of) == 2:
+            del node["oneOf"]
+        for value in node.values():
+            _any_or_null(value)
+    elif isinstance(node, list):
+        for value in node:
+            _any_or_null(value)
+
+
 def add_common_responses(
     result: dict[str, Any], generator: Any, request: Any, public: bool
 ) -> dict[str, Any]:
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    _any_or_null(schemas)
     for name, schema in _SCHEMAS.items():
         schemas.setdefault(name, schema)
     for name, schema in schemas.items():

@@ -231,7 +231,8 @@ def _resource_problem(name: str, _quantity: str) -> str | None:
 
 
 class ResourceRequirementsSerializer(StrictSerializer):
-    """corev1.ResourceRequirements without claims (resource claims cannot be given per node here)."""
+    """corev1.ResourceRequirements without claims (resource claims cannot be given per node here). A request
+    must not exceed the limit of the same resource (Kubernetes would refuse the pod): a 400 names it."""
 
     requests = ResourceListField(required=False)
     limits = ResourceListField(required=False)

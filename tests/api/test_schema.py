@@ -35,3 +35,23 @@ def test_swagger_ui_loads_from_local_static_files(client: Client) -> None:
     assert (
         client.get("/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js").status_code == 200
     )
+
+
+def test_no_schema_is_unsatisfiable_for_null(client: Client) -> None:
+    """A `oneOf` holding the empty schema matches null twice, so a null answer would break a client that
+    validates responses (drf-spectacular writes `oneOf: [{}, {type: null}]` for a nullable JSONField)."""
+    schema = yaml.safe_load(client.get("/api/schema/").content)
+    found: list[str] = []
+
+    def walk(node: object, where: str) -> None:
+        if isinstance(node, dict):
+            if {} in (node.get("oneOf") or []):
+                found.append(where)
+            for key, value in node.items():
+                walk(value, f"{where}/{key}")
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                walk(value, f"{where}/{index}")
+
+    walk(schema, "")
+    assert found == []
