@@ -104,6 +104,37 @@ def _any_or_null(node: Any) -> None:
             _any_or_null(value)
 
 
+# OpenAPI links: the id a create answers is the path parameter of the operations on what it created, so a
+# client generator (and schemathesis' stateful phase) can follow a job or a session it just made.
+_LINKS: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
+    # operationId: (answers carrying the id, path parameter, operations taking it)
+    "v1_jobs_create": (
+        ("202", "422"),
+        "job_id",
+        ("v1_jobs_retrieve", "v1_jobs_cancel_create", "v1_jobs_logs_retrieve"),
+    ),
+    "v1_sessions_create": (
+        ("200", "202"),
+        "session_id",
+        ("v1_sessions_retrieve", "v1_sessions_exec_create", "v1_sessions_destroy"),
+    ),
+}
+
+
+def _add_links(operation: dict[str, Any]) -> None:
+    found = _LINKS.get(str(operation.get("operationId")))
+    if found is None:
+        return
+    codes, parameter, targets = found
+    for code in codes:
+        response = operation.get("responses", {}).get(code)
+        if response is not None:
+            response["links"] = {
+                target: {"operationId": target, "parameters": {parameter: "$response.body#/id"}}
+                for target in targets
+            }
+
+
 def add_common_responses(
     result: dict[str, Any], generator: Any, request: Any, public: bool
 ) -> dict[str, Any]:
@@ -121,6 +152,7 @@ def add_common_responses(
             for media in operation.get("requestBody", {}).get("content", {}).values():
                 _no_nul(media)
             responses = operation.setdefault("responses", {})
+            _add_links(operation)
             for code in _common_codes(path, operation):
                 if code not in responses:
                     body = FIELD_ERRORS if code == "400" else DETAIL
