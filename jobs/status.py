@@ -914,11 +914,21 @@ def derive(
             "message": _admission_message(workloads) or "the TrainJob is suspended, waiting for admission",
             "since": (suspended or {}).get("lastTransitionTime"),
         }
-        if workload_cause and workload_cause[0] == TIMEOUT:
-            # Kueue deactivated the Workload for its maximum execution time: it is not requeued (Requeued
-            # is True only for Preempted and NodeFailures [Q: reconciler.go]), so the suspension is final.
+        deactivated = _deactivation(workloads)
+        if deactivated is not None:
+            # A deactivated Workload is not requeued (Requeued is True only for Preempted and NodeFailures
+            # [Q: reconciler.go]), so the suspension is final.
             status.queued_reason = {}
-            fail(TIMEOUT, "the Kueue Workload ran past its maximum execution time", workload_cause[1])
+            cause, message, ev = deactivated
+            if (
+                cause == CANCELLED
+            ):  # somebody set the Workload's spec.active to false: stopped outside dispatch
+                status.state = CANCELLED
+                status.cause = CANCELLED
+                status.message = message
+                status.evidence = ev
+                return status
+            fail(cause, message, ev)
             return status
         if workload_cause:
             status.cause, ev = workload_cause
@@ -1239,6 +1249,36 @@ def _workload_cause(workloads: Sequence[Mapping[str, Any]]) -> tuple[str, list[d
         if "MaximumExecutionTimeExceeded" in reason:
             return TIMEOUT, ev
         return EVICTED, ev
+    return None
+
+
+def _deactivation(workloads: Sequence[Mapping[str, Any]]) -> tuple[str, str, list[dict[str, Any]]] | None:
+    """A Workload Kueue will not admit again: evicted as `Deactivated` (spec.active set to false by a user:
+    cancelled) or `DeactivatedDueTo<cause>` (its maximum execution time: timeout; its requeuing limit and the
+    rest: evicted for good) [Q: workload_types.go; workload/patching/patching.go `ReasonWithCause`]."""
+    for wl in workloads:
+        evicted = _true(wl, "Evicted")
+        reason = str((evicted or {}).get("reason", ""))
+        if not reason.startswith("Deactivated"):
+            continue
+        ev = [
+            _ev(
+                object_ref("Workload", wl),
+                "status.conditions[Evicted]",
+                f"{reason}: {(evicted or {}).get('message', '')}",
+                (evicted or {}).get("lastTransitionTime"),
+            )
+        ]
+        if reason == "Deactivated":
+            return (
+                CANCELLED,
+                "the Kueue Workload was deactivated outside dispatch: it will not be admitted again",
+                ev,
+            )
+        if "MaximumExecutionTimeExceeded" in reason:
+            return TIMEOUT, "the Kueue Workload ran past its maximum execution time", ev
+        cause = reason.removeprefix("DeactivatedDueTo")
+        return EVICTED, f"the Kueue Workload was deactivated ({cause}): it will not be admitted again", ev
     return None
 
 

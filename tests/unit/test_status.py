@@ -235,6 +235,20 @@ CASES = [
         st.TIMEOUT,
         evidence=[(f"Workload {NS}/trainjob-{TJ}-3f9a1", "DeactivatedDueToMaximumExecutionTimeExceeded")],
     ),
+    # A user set the Workload's spec.active to false: stopped outside dispatch, never admitted again.
+    Case(
+        "kueue-deactivated.json",
+        st.CANCELLED,
+        st.CANCELLED,
+        evidence=[(f"Workload {NS}/trainjob-{TJ}-3f9a1", "Deactivated: The workload is deactivated")],
+    ),
+    # Evicted once too often (waitForPodsReady.requeuingStrategy.backoffLimitCount): evicted for good.
+    Case(
+        "kueue-requeuing-limit.json",
+        st.FAILED,
+        st.EVICTED,
+        evidence=[(f"Workload {NS}/trainjob-{TJ}-3f9a1", "DeactivatedDueToRequeuingLimitExceeded")],
+    ),
     Case(
         "runtime-missing.yaml",
         st.FAILED,
