@@ -130,7 +130,7 @@ class QueuedReasonSerializer(serializers.Serializer):
 
     reason = serializers.CharField(
         required=False,
-        help_text="awaiting-admission, awaiting-jobset, awaiting-pods, unschedulable, image-pull, "
+        help_text="awaiting-admission, suspended, awaiting-jobset, awaiting-pods, unschedulable, image-pull, "
         "config-error, pods-not-created, retry-backoff",
     )
     message = serializers.CharField(required=False)

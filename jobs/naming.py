@@ -18,6 +18,8 @@ from runtimes.rules import TRAINER_ANCESTOR_LABEL
 POD_NAME_LIMIT: Final = 63
 # The prefix of the labels dispatch puts on what it creates, unless the platform sets another (SiteSettings).
 DEFAULT_LABEL_DOMAIN: Final = "dispatch.dev"
+# The label by which a TrainJob names its Kueue LocalQueue (a job's queue_name).
+KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 JOB_ID_PREFIX: Final = "j"
 JOB_ID_RANDOM_CHARS: Final = 10  # 50 bits
 _BASE32: Final = "abcdefghijklmnopqrstuvwxyz234567"  # RFC 4648 alphabet, lowercased: valid in DNS names

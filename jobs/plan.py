@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from jobs.naming import POD_NAME_LIMIT, pod_names, runtime_copy_name, trainjob_name
+from jobs.naming import KUEUE_QUEUE_LABEL, POD_NAME_LIMIT, pod_names, runtime_copy_name, trainjob_name
 from jobs.spec import CLUSTER_TRAINING_RUNTIME, JobSpec
 from runtimes.rules import (
     PUBLISH_INIT_CONTAINER,
@@ -31,7 +31,6 @@ API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
 API_GROUP: Final = "trainer.kubeflow.org"
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "dispatch"
-KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 NODE: Final = "node"
 LAUNCHER: Final = "launcher"
 

@@ -15,7 +15,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from dispatch_site.api import StrictSerializer
-from jobs.naming import DEFAULT_LABEL_DOMAIN
+from jobs.naming import DEFAULT_LABEL_DOMAIN, KUEUE_QUEUE_LABEL
 from jobs.spec import (
     _DNS1123_LABEL,
     _DNS1123_SUBDOMAIN,
@@ -55,7 +55,7 @@ from jobs.spec import (
 # Labels dispatch sets itself on the TrainJob; queue_name is how a job names its Kueue queue.
 RESERVED_LABEL_KEYS = {
     "app.kubernetes.io/managed-by": "dispatch sets it",
-    "kueue.x-k8s.io/queue-name": "use queue_name",
+    KUEUE_QUEUE_LABEL: "use queue_name",
 }
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from jobs.naming import DEFAULT_LABEL_DOMAIN
+from jobs.naming import DEFAULT_LABEL_DOMAIN, KUEUE_QUEUE_LABEL
 
 # States and causes as strings (the values of jobs.models.JobState / Cause; this module imports no Django).
 QUEUED: Final = "queued"
@@ -909,11 +909,21 @@ def derive(
     suspended = _true(trainjob, "Suspended")
     if suspended or _m(trainjob.get("spec")).get("suspend") is True:
         status.state = QUEUED
+        since = (suspended or {}).get("lastTransitionTime")
         status.queued_reason = {
             "reason": "awaiting-admission",
             "message": _admission_message(workloads) or "the TrainJob is suspended, waiting for admission",
-            "since": (suspended or {}).get("lastTransitionTime"),
+            "since": since,
         }
+        if not workloads and not _labels(trainjob).get(KUEUE_QUEUE_LABEL):
+            # No Kueue queue manages it (dispatch sets the label for a job's queue_name): somebody suspended
+            # it by hand, and nothing will resume it. Reversible, so not cancelled; named, so not a mystery.
+            status.queued_reason = {
+                "reason": "suspended",
+                "message": "the TrainJob was suspended outside dispatch (spec.suspend: true) and no Kueue "
+                "queue manages it: it waits until spec.suspend is set back to false, or the job is cancelled",
+                "since": since,
+            }
         deactivated = _deactivation(workloads)
         if deactivated is not None:
             # A deactivated Workload is not requeued (Requeued is True only for Preempted and NodeFailures

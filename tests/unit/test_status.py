@@ -359,10 +359,12 @@ def test_awaiting_admission_is_queued_with_kueues_message() -> None:
     assert "insufficient unused quota for nvidia.com/gpu" in status.queued_reason["message"]
 
 
-def test_a_suspended_trainjob_is_queued_since_it_was_suspended() -> None:
+def test_a_trainjob_suspended_by_hand_is_queued_and_says_nothing_will_resume_it() -> None:
+    """No Workload and no queue label: not Kueue's suspension, so not "awaiting admission"."""
     status = run("suspended.yaml")
     assert (status.state, status.cause) == (st.QUEUED, None)
-    assert status.queued_reason["reason"] == "awaiting-admission"
+    assert status.queued_reason["reason"] == "suspended"
+    assert "until spec.suspend is set back to false" in status.queued_reason["message"]
     assert st.parse_time(status.queued_reason["since"]) == at("10:00:01")
 
 
