@@ -16,6 +16,7 @@ pure jobs.status.derive, and writes what changed:
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import logging
@@ -23,7 +24,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -228,7 +230,37 @@ def derive_all(
     thresholds: Thresholds,
     tombstones: Iterable[Mapping[str, Any]] = (),
 ) -> dict[tuple[str, int], DerivedStatus]:
-    """Every watched execution's status from one cycle's reads. Pure; linear in the objects read."""
+    """Every watched execution's status from one cycle's reads. Pure; linear in the objects read.
+
+    The cyclic garbage collector is paused meanwhile: the derivation allocates many small objects (and
+    makes no reference cycles), and each collection it would trigger walks every object the cycle read, so
+    with 5,000 executions about a fifth of the time went to collections that free nothing."""
+    with _no_cyclic_gc():
+        return _derive_all(
+            observed, watched, domain=domain, now=now, thresholds=thresholds, tombstones=tombstones
+        )
+
+
+@contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _derive_all(
+    observed: gateway.Observed,
+    watched: list[Watched],
+    *,
+    domain: str,
+    now: datetime,
+    thresholds: Thresholds,
+    tombstones: Iterable[Mapping[str, Any]],
+) -> dict[tuple[str, int], DerivedStatus]:
     keys = {w.key for w in watched}
     names = {f"{w.namespace}/{w.trainjob_name}": w.key for w in watched}
     grouped = group_objects(observed, domain, keys, names)
