@@ -4,10 +4,12 @@ Views document their own success and domain answers (a 422 refusal, a 409 confli
 `extend_schema(responses=...)`. The answers that come from the shared plumbing are the same for every
 operation, so they are stated once here, by a drf-spectacular postprocessing hook:
 
-- 400: DRF field errors, for any operation that takes a body or query parameters;
+- 400: DRF field errors, for any operation that takes a body or query parameters (a query parameter given
+  twice too: dispatch_site.middleware);
 - 401: no credentials, or an unknown, expired or revoked token (dispatch_site.auth);
 - 403: authenticated but not allowed (the role, a namespace grant, or CSRF for a browser session);
 - 404: a path parameter names nothing you may see (or a list's `cursor` is invalid);
+- 414: gunicorn's answer to a request line over 4,094 bytes (query or path parameters), an HTML page;
 - 429: a throttle (dispatch_site.throttles, every operation) said wait;
 - 503: a dependency is down, and the detail names it (dispatch_site.api.exception_handler).
 
@@ -46,6 +48,7 @@ _DESCRIPTIONS = {
     "401": "No credentials, or the token is unknown, expired or revoked",
     "403": "Not allowed: the role or a namespace grant does not cover it (or CSRF for a browser session)",
     "404": "No such object, or not one you may see",
+    "414": "The request line is longer than the server reads (gunicorn: 4,094 bytes); an HTML page",
     "429": "Throttled: retry after the Retry-After header's seconds",
     "503": "A dependency (database, broker, Kubernetes API server) is down: the detail names it",
 }
@@ -65,11 +68,15 @@ def _common_codes(path: str, operation: dict[str, Any]) -> list[str]:
     # DRF's cursor paginator answers an invalid `cursor` with a 404 ("Invalid cursor").
     if "{" in path or any(p.get("name") == "cursor" for p in parameters):
         codes.append("404")
+    if "{" in path or any(p.get("in") == "query" for p in parameters):
+        codes.append("414")
     return [*codes, "429", "503"]
 
 
 # DRF's CharField refuses NUL characters, and PostgreSQL cannot store or compare them.
 NO_NUL = "^[^\\u0000]*$"
+# The same, and not only whitespace (a trimmed CharField would then be blank; a command would be empty).
+NOT_BLANK = "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"
 
 
 def _no_nul(schema: Any) -> None:
@@ -154,12 +161,14 @@ def add_common_responses(
             responses = operation.setdefault("responses", {})
             _add_links(operation)
             for code in _common_codes(path, operation):
-                if code not in responses:
+                if code in responses:
+                    continue
+                if code == "414":  # answered by gunicorn before Django sees the request
+                    content = {"text/html": {"schema": {"type": "string"}}}
+                else:
                     body = FIELD_ERRORS if code == "400" else DETAIL
-                    responses[code] = {
-                        "content": {"application/json": {"schema": _ref(body)}},
-                        "description": _DESCRIPTIONS[code],
-                    }
+                    content = {"application/json": {"schema": _ref(body)}}
+                responses[code] = {"content": content, "description": _DESCRIPTIONS[code]}
     return result
 
 

@@ -45,6 +45,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "dispatch_site.middleware.single_valued_query",
 ]
 
 ROOT_URLCONF = "dispatch_site.urls"

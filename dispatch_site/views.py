@@ -11,6 +11,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.core.validators import RegexValidator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -25,6 +26,7 @@ from dispatch_site import roles, selectors, services
 from dispatch_site.api import CreatedCursorPagination, StrictSerializer
 from dispatch_site.models import ApiToken, AuditEvent
 from dispatch_site.permissions import IsPlatform
+from dispatch_site.schema import NOT_BLANK
 from dispatch_site.throttles import login_retry_after
 
 
@@ -130,7 +132,8 @@ class NewTokenSerializer(TokenSerializer):
 
 
 class TokenInputSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=100)
+    # Surrounding whitespace is trimmed, so the name needs a character that is not (the schema says so too).
+    name = serializers.CharField(max_length=100, validators=[RegexValidator(NOT_BLANK, "must not be blank")])
     expires_in_days = serializers.IntegerField(
         min_value=1,
         max_value=services.MAX_TOKEN_TTL_DAYS,

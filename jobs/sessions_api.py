@@ -21,6 +21,7 @@ from rest_framework.views import APIView
 
 from cluster.errors import ClusterError
 from dispatch_site.api import CreatedCursorPagination, StrictSerializer
+from dispatch_site.schema import NOT_BLANK
 from jobs import sessions
 from jobs.models import Session, SessionState
 from jobs.serializers import (
@@ -108,8 +109,21 @@ class SessionOpenSerializer(StrictSerializer):
 @extend_schema_field(
     {
         "oneOf": [
-            {"type": "string", "minLength": 1, "description": "runs with sh -c"},
-            {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "runs as it is"},
+            # Not only whitespace; the list's first item (the program) not empty.
+            {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": COMMAND_MAX_CHARS,
+                "pattern": NOT_BLANK,
+                "description": "runs with sh -c",
+            },
+            {
+                "type": "array",
+                "items": {"type": "string"},
+                "prefixItems": [{"type": "string", "minLength": 1}],
+                "minItems": 1,
+                "description": "runs as it is",
+            },
         ]
     }
 )
@@ -120,6 +134,7 @@ class CommandField(serializers.Field):
         "invalid": "must be a string (run with sh -c) or a list of strings (run directly)",
         "empty": "must not be empty",
         "too_long": f"must be at most {COMMAND_MAX_CHARS} characters in all",
+        "nul": "must not contain NUL characters",
     }
 
     def to_internal_value(self, data: Any) -> str | list[str]:
@@ -133,7 +148,10 @@ class CommandField(serializers.Field):
                 self.fail("empty")
         else:
             self.fail("invalid")
-        if sum(len(part) for part in ([value] if isinstance(value, str) else value)) > COMMAND_MAX_CHARS:
+        parts = [value] if isinstance(value, str) else value
+        if any("\x00" in part for part in parts):
+            self.fail("nul")
+        if sum(len(part) for part in parts) > COMMAND_MAX_CHARS:
             self.fail("too_long")
         return value
 
@@ -143,9 +161,7 @@ class CommandField(serializers.Field):
 
 class SessionExecRequestSerializer(StrictSerializer):
     command = CommandField()
-    container = serializers.CharField(
-        required=False, max_length=63, validators=[_check(dns1123_label_problem)], help_text="default: node"
-    )
+    container = Dns1123LabelField(required=False, help_text="default: node")
     timeout_seconds = StrictIntegerField(
         required=False,
         min_value=1,

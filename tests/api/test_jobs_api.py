@@ -60,6 +60,22 @@ def test_bad_input_is_400_with_field_errors_and_records_nothing(
     assert not Job.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("path", "repeated"),
+    [
+        ("/api/v1/jobs?limit=5&limit=500", "limit"),
+        ("/api/v1/jobs?state=failed&state=running", "state"),
+        ("/api/v1/sessions?limit=3&limit=2", "limit"),
+    ],
+)
+def test_a_query_parameter_twice_is_400_naming_it(user_api: APIClient, path: str, repeated: str) -> None:
+    """Django would quietly use the last value; no operation takes a parameter twice."""
+    response = user_api.get(path)
+    assert response.status_code == 400, response.content
+    assert response.json() == {repeated: ["given 2 times; give it once"]}
+    assert user_api.get(path.split("&")[0]).status_code == 200  # once is fine
+
+
 def test_malformed_json_is_400(user_api: APIClient) -> None:
     response = user_api.post("/api/v1/jobs", "{not json", content_type="application/json")
     assert response.status_code == 400

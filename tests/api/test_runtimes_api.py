@@ -61,6 +61,8 @@ def test_allowing_twice_is_a_conflict(platform_api: APIClient) -> None:
         ({"kind": "ClusterTrainingRuntime", "name": "Not_A_Name"}, "name"),
         ({"kind": "TrainingRuntime", "name": "rt"}, "namespace"),
         ({"kind": "ClusterTrainingRuntime", "name": "rt", "namespace": "team-a"}, "namespace"),
+        # Whitespace is not "no namespace" (it was trimmed and accepted, though the schema says empty).
+        ({"kind": "ClusterTrainingRuntime", "name": "rt", "namespace": "\u000b"}, "namespace"),
         ({"kind": "ClusterTrainingRuntime", "name": "rt", "purposes": ["batch"]}, "purposes"),
         ({"kind": "ClusterTrainingRuntime", "name": "rt", "purposes": []}, "purposes"),
         ({"kind": "ClusterTrainingRuntime"}, "name"),

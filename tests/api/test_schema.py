@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 from django.test import Client
@@ -55,3 +57,27 @@ def test_no_schema_is_unsatisfiable_for_null(client: Client) -> None:
 
     walk(schema, "")
     assert found == []
+
+
+def test_every_operation_with_parameters_documents_gunicorns_414(client: Client) -> None:
+    """A request line over 4,094 bytes never reaches Django: gunicorn answers 414 with an HTML page."""
+    schema = yaml.safe_load(client.get("/api/schema/").content)
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            takes = "{" in path or any(p.get("in") == "query" for p in operation.get("parameters", []))
+            documented = operation["responses"].get("414")
+            assert bool(documented) == takes, (method, path)
+            if documented:
+                assert list(documented["content"]) == ["text/html"]
+
+
+def test_blank_names_and_commands_are_invalid_by_the_schema_as_by_the_server(client: Client) -> None:
+    """The server trims a token name and refuses a command of only whitespace; the schema's patterns say the
+    same, so a client validating with the schema is not told a request is fine that will be a 400."""
+    schemas = yaml.safe_load(client.get("/api/schema/").content)["components"]["schemas"]
+    token_name = schemas["TokenInputRequest"]["properties"]["name"]["pattern"]
+    command = schemas["SessionExecRequestRequest"]["properties"]["command"]["oneOf"][0]["pattern"]
+    for blank in ("\r\r", "   ", "\t"):
+        assert not re.search(token_name, blank) and not re.search(command, blank), repr(blank)
+    assert re.search(token_name, " laptop ") and re.search(command, "echo hi")
+    assert not re.search(command, "echo \x00")

@@ -127,7 +127,7 @@ def test_users_list_their_own_sessions_and_platform_and_oncall_list_all(
     assert detail["container"] == "node"
 
 
-@pytest.mark.parametrize("command", ["", "   ", [], [""], 7, ["ls", 3]])
+@pytest.mark.parametrize("command", ["", "   ", [], [""], 7, ["ls", 3], "echo \u0000", ["echo", "a\u0000"]])
 def test_an_empty_or_malformed_command_is_400(
     user_api: APIClient, plain_user: tuple[User, str], command: Any
 ) -> None:
@@ -136,6 +136,17 @@ def test_an_empty_or_malformed_command_is_400(
     assert response.status_code == 400, response.content
     assert list(response.json()) == ["command"]
     assert not AuditEvent.objects.filter(action="session.exec").exists()
+
+
+def test_a_container_that_is_not_a_container_name_is_400(
+    user_api: APIClient, plain_user: tuple[User, str]
+) -> None:
+    session = _session(plain_user[0])
+    response = user_api.post(
+        f"/api/v1/sessions/{session.id}/exec", {"command": "true", "container": "Node"}, format="json"
+    )
+    assert response.status_code == 400, response.content
+    assert "DNS-1123" in str(response.json()["container"])
 
 
 def test_platform_may_read_a_session_but_only_its_owner_executes(
