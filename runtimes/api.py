@@ -175,7 +175,8 @@ class AllowListInputSerializer(StrictSerializer):
         "allOf": [{"properties": {"purposes": {"minItems": 1}}}],
     }
     kind = serializers.ChoiceField(choices=RuntimeKind.values)
-    namespace = serializers.CharField(required=False, allow_blank=True, default="")
+    # Not trimmed: " " is not "no namespace" (the schema says a ClusterTrainingRuntime's namespace is empty).
+    namespace = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
     name = Dns1123SubdomainField()
     purposes = serializers.MultipleChoiceField(
         choices=["jobs", "sessions"], default={"jobs"}, allow_empty=False
@@ -242,12 +243,31 @@ class SiteSettingsSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializ
     recovery_policy = RecoveryPolicySerializer(
         required=False, help_text="the site's default recovery policy; a job's own overrides it per key"
     )
-    # validate() below, for the schema (dispatch_site.schema): publishing via an initContainer names it.
+    # validate() below, for the schema (dispatch_site.schema). The publish settings go together in one
+    # request, whatever is stored: setting publish_via to initContainer names the container, and the
+    # container is emptied only together with publish_via env. So a request is valid or not on its own.
     request_schema_rules = {
-        "anyOf": [
-            {"properties": {"publish_via": {"enum": [PublishVia.ENV.value]}}},
-            {"not": {"required": ["publish_via"]}},
-            {"required": ["publish_container"], "properties": {"publish_container": {"minLength": 1}}},
+        "allOf": [
+            {
+                "anyOf": [
+                    {"not": {"required": ["publish_via"]}},
+                    {"properties": {"publish_via": {"enum": [PublishVia.ENV.value]}}},
+                    {
+                        "required": ["publish_container"],
+                        "properties": {"publish_container": {"minLength": 1}},
+                    },
+                ]
+            },
+            {
+                "anyOf": [
+                    {"not": {"required": ["publish_container"]}},
+                    {"properties": {"publish_container": {"minLength": 1}}},
+                    {
+                        "required": ["publish_via"],
+                        "properties": {"publish_via": {"enum": [PublishVia.ENV.value]}},
+                    },
+                ]
+            },
         ]
     }
 
@@ -289,6 +309,14 @@ class SiteSettingsSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializ
         }
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("publish_via") == PublishVia.INIT_CONTAINER and not attrs.get("publish_container"):
+            raise ValidationError({"publish_container": "required when publish_via is initContainer"})
+        if (
+            "publish_container" in attrs
+            and not attrs["publish_container"]
+            and attrs.get("publish_via") != PublishVia.ENV
+        ):
+            raise ValidationError({"publish_container": "may be emptied only together with publish_via env"})
         instance = self.instance
         via = attrs.get("publish_via", getattr(instance, "publish_via", PublishVia.ENV))
         container = attrs.get("publish_container", getattr(instance, "publish_container", ""))

@@ -123,6 +123,7 @@ def test_every_role_reads_settings_only_platform_changes_them(
     ("body", "field"),
     [
         ({"publish_via": "initContainer"}, "publish_container"),
+        ({"publish_container": ""}, "publish_container"),
         ({"publish_via": "sidecar"}, "publish_via"),
         ({"trainer_version": "latest"}, "trainer_version"),
         ({"label_domain": "nodots"}, "label_domain"),
@@ -135,6 +136,19 @@ def test_bad_settings_are_400(platform_api: APIClient, body: dict, field: str) -
     assert response.status_code == 400
     assert field in response.json()
     assert not AuditEvent.objects.filter(action="settings.update").exists()
+
+
+def test_the_publish_settings_go_together_whatever_is_stored(platform_api: APIClient) -> None:
+    """A request is valid or not on its own (as the schema says), not by what an earlier PATCH stored."""
+    set_both = {"publish_via": "initContainer", "publish_container": "publish"}
+    assert platform_api.patch("/api/v1/settings", set_both, format="json").status_code == 200
+    again = platform_api.patch("/api/v1/settings", {"publish_via": "initContainer"}, format="json")
+    assert again.status_code == 400 and "publish_container" in again.json()
+    emptied = platform_api.patch("/api/v1/settings", {"publish_container": ""}, format="json")
+    assert emptied.status_code == 400 and "publish_via env" in str(emptied.json())
+    to_env = {"publish_via": "env", "publish_container": ""}
+    back = platform_api.patch("/api/v1/settings", to_env, format="json")
+    assert back.status_code == 200 and back.json()["publish_via"] == "env"
 
 
 @pytest.mark.parametrize(
