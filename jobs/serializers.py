@@ -182,6 +182,14 @@ class RuntimeRefSerializer(StrictSerializer):
     namespace = Dns1123LabelField(required=False)
 
 
+class TextMapField(serializers.DictField):
+    """A map of text to text, kept exactly as sent (blank values allowed, nothing trimmed); its subclasses
+    state their key rules in the schema."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=serializers.CharField(allow_blank=True, trim_whitespace=False), **kwargs)
+
+
 @extend_schema_field(
     {
         "type": "object",
@@ -192,9 +200,8 @@ class RuntimeRefSerializer(StrictSerializer):
         "names the Trainer, Kubernetes or dispatch set are reserved.",
     }
 )
-class EnvField(serializers.DictField):
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(child=serializers.CharField(allow_blank=True, trim_whitespace=False), **kwargs)
+class EnvField(TextMapField):
+    pass
 
 
 @extend_schema_field(
@@ -206,9 +213,8 @@ class EnvField(serializers.DictField):
         "sets and its own label domain are reserved.",
     }
 )
-class LabelsField(serializers.DictField):
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(child=serializers.CharField(allow_blank=True, trim_whitespace=False), **kwargs)
+class LabelsField(TextMapField):
+    pass
 
 
 @extend_schema_field(
