@@ -164,6 +164,16 @@ def _lagging_create(monkeypatch: pytest.MonkeyPatch, lagging: int) -> list[Rejec
     return denials
 
 
+def _accepted_not_started(
+    namespace: str, submitter: tuple[User, str], namespaced_runtime: Callable[..., Any], capture: Any
+) -> tuple[str, Execution]:
+    """A job POSTed on an allow-listed TrainingRuntime, its submission held back (the test delivers it)."""
+    namespaced_runtime()
+    with capture(execute=False):
+        job_id = _api(submitter[1]).post("/api/v1/jobs", _body(namespace), format="json").json()["id"]
+    return job_id, Execution.objects.get(job_id=job_id)
+
+
 @pytest.mark.django_db
 def test_a_brief_runtime_not_found_denial_is_waited_out_in_the_same_delivery(
     kube: Any,
@@ -174,10 +184,9 @@ def test_a_brief_runtime_not_found_denial_is_waited_out_in_the_same_delivery(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A cache lag of a few hundred milliseconds (two denials) does not cost the job a task retry."""
-    namespaced_runtime()
-    with django_capture_on_commit_callbacks(execute=False):
-        job_id = _api(submitter[1]).post("/api/v1/jobs", _body(namespace), format="json").json()["id"]
-    execution = Execution.objects.get(job_id=job_id)
+    job_id, execution = _accepted_not_started(
+        namespace, submitter, namespaced_runtime, django_capture_on_commit_callbacks
+    )
     denials = _lagging_create(monkeypatch, lagging=2)
 
     services.execution_submit(execution_id=execution.pk, holder="chain-1")
@@ -198,10 +207,9 @@ def test_the_trainers_runtime_not_found_denial_is_retried_not_a_config_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A lag that outlasts the delivery's own waits makes the task retry later; the job stays pending."""
-    namespaced_runtime()
-    with django_capture_on_commit_callbacks(execute=False):
-        job_id = _api(submitter[1]).post("/api/v1/jobs", _body(namespace), format="json").json()["id"]
-    execution = Execution.objects.get(job_id=job_id)
+    job_id, execution = _accepted_not_started(
+        namespace, submitter, namespaced_runtime, django_capture_on_commit_callbacks
+    )
     denials = _lagging_create(monkeypatch, lagging=len(services.COPY_SEEN_WAITS) + 1)
 
     with pytest.raises(services.TransientSubmitError, match="must be created before the TrainJob"):

@@ -81,7 +81,8 @@ def _observed() -> Observed:
     )
 
 
-def test_a_watched_deletion_explains_a_pod_an_earlier_cycle_already_found_gone() -> None:
+def _cycle_after_the_pod_was_found_gone(tombstones: list[dict[str, Any]]) -> Any:
+    """A cycle after an earlier one remembered the pod as gone, without its DisruptionTarget."""
     remembered = condense_pod(_pod(disrupted=False), "dispatch.dev") | {"gone": "2026-11-30T10:00:06Z"}
     watched = [
         Watched(
@@ -98,32 +99,20 @@ def test_a_watched_deletion_explains_a_pod_an_earlier_cycle_already_found_gone()
         domain="dispatch.dev",
         now=datetime(2026, 11, 30, 10, 0, 8, tzinfo=UTC),
         thresholds=Thresholds(),
-        tombstones=[_pod(disrupted=True)],
+        tombstones=tombstones,
     )
-    status = statuses[(JOB, 1)]
+    return statuses[(JOB, 1)]
+
+
+def test_a_watched_deletion_explains_a_pod_an_earlier_cycle_already_found_gone() -> None:
+    status = _cycle_after_the_pod_was_found_gone([_pod(disrupted=True)])
     assert (status.state, status.cause, status.rank) == ("failed", "evicted", 1)
     assert status.pods["pod-1"]["gone"] == "2026-11-30T10:00:06Z"  # when it was first found gone is kept
 
 
 def test_without_the_watch_the_same_failure_has_no_explanation() -> None:
-    remembered = condense_pod(_pod(disrupted=False), "dispatch.dev") | {"gone": "2026-11-30T10:00:06Z"}
-    watched = [
-        Watched(
-            key=(JOB, 1),
-            namespace=NS,
-            trainjob_name=NAME,
-            memory={"pod-1": remembered},
-            identity_warned=False,
-        )
-    ]
-    statuses = derive_all(
-        _observed(),
-        watched,
-        domain="dispatch.dev",
-        now=datetime(2026, 11, 30, 10, 0, 8, tzinfo=UTC),
-        thresholds=Thresholds(),
-    )
-    assert (statuses[(JOB, 1)].state, statuses[(JOB, 1)].cause) == ("failed", "unknown-failure")
+    status = _cycle_after_the_pod_was_found_gone([])
+    assert (status.state, status.cause) == ("failed", "unknown-failure")
 
 
 def test_the_garbage_collector_runs_again_after_a_cycle_even_one_that_raised() -> None:
