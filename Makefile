@@ -25,7 +25,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml client/pyproject.toml
 	$(PY) -m pip install -q -r requirements.lock
 	touch $@
 
-# The Kubeflow SDK in its own venv: kubeflow 0.5.0 pins kubernetes<36, dispatch pins 37 (tests/cluster/test_kubeflow_sdk.py).
+# The Kubeflow SDK in its own venv: kubeflow 0.5.0 pins kubernetes<36, dispatch pins 37 (tests/client/test_kubeflow_sdk.py).
 $(SDK_VENV)/.installed: requirements-kubeflow-sdk.lock $(VENV)/.installed
 	$(PYTHON) -m venv $(SDK_VENV)
 	$(SDK_VENV)/bin/python -m pip install -q -r requirements-kubeflow-sdk.lock
@@ -53,13 +53,14 @@ status: ## what runs
 	@scripts/cluster status || true
 	@for f in $(RUN)/*.pid; do [[ -f $$f ]] || continue; p=$$(cat $$f); if kill -0 $$p 2>/dev/null; then echo "$$(basename $$f .pid): running (pid $$p)"; else echo "$$(basename $$f .pid): stopped"; fi; done
 
-lint: venv ## ruff, formatting, migrations, the OpenAPI schema and mypy
+lint: venv ## ruff, formatting, migrations, the OpenAPI schema, mypy and the import contracts
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	DATABASE_URL=sqlite:///$(VAR)/lint.sqlite3 $(PY) manage.py makemigrations --check --dry-run
 	DATABASE_URL=sqlite:///$(VAR)/lint.sqlite3 $(PY) manage.py spectacular --validate --fail-on-warn \
 		--file $(VAR)/openapi.yaml
 	$(VENV)/bin/mypy .
+	$(VENV)/bin/lint-imports
 
 test: venv $(SDK_VENV)/.installed ## install and start PostgreSQL, Redis and the local cluster, then lint and run the whole suite
 	scripts/services up

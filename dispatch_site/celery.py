@@ -1,4 +1,5 @@
-"""The Celery app: Redis broker, tasks autodiscovered from the installed apps, beat schedule in settings."""
+"""The Celery app: Redis broker, beat schedule in settings. Tasks live in a `tasks` module of each concern
+(the installed apps, and the jobs app's subpackages); services send work by name (jobs.enqueue)."""
 
 from __future__ import annotations
 
@@ -11,3 +12,4 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dispatch_site.settings")
 app = Celery("dispatch")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+app.autodiscover_tasks(["jobs.submission", "jobs.supervision", "jobs.sessions"])

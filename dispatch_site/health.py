@@ -8,12 +8,14 @@ the node's own probes and an operator on the host). Errors are always logged.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import redis
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
+from django.utils.module_loading import import_string
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from rest_framework.exceptions import AuthenticationFailed
@@ -23,7 +25,7 @@ from dispatch_site import roles
 logger = logging.getLogger(__name__)
 
 
-def _one_line(exc: Exception) -> str:
+def one_line(exc: Exception) -> str:
     """The error as one line (driver messages often carry a newline and a hint)."""
     return " ".join(f"{type(exc).__name__}: {exc}".split())
 
@@ -34,7 +36,7 @@ def check_database() -> dict[str, Any]:
             cursor.execute("SELECT 1")
         return {"ok": True, "vendor": connection.vendor}
     except Exception as exc:
-        return {"ok": False, "error": _one_line(exc)}
+        return {"ok": False, "error": one_line(exc)}
 
 
 def check_redis() -> dict[str, Any]:
@@ -46,17 +48,14 @@ def check_redis() -> dict[str, Any]:
             client.close()
         return {"ok": True}
     except Exception as exc:
-        return {"ok": False, "error": _one_line(exc)}
+        return {"ok": False, "error": one_line(exc)}
 
 
-def check_kubernetes() -> dict[str, Any]:
-    from cluster import gateway
-
-    try:
-        version = gateway.server_version()
-        return {"ok": True, "version": version}
-    except Exception as exc:
-        return {"ok": False, "error": str(exc)}
+def readiness_checks() -> dict[str, Callable[[], dict[str, Any]]]:
+    """The dependencies /readyz and `manage.py preflight` check, by name: settings.READINESS_CHECKS maps each
+    to the dotted path of its check (the Kubernetes one lives in the gateway, cluster.health, one layer
+    above)."""
+    return {name: import_string(path) for name, path in settings.READINESS_CHECKS.items()}
 
 
 @require_GET
@@ -84,7 +83,7 @@ def _may_see_details(request: HttpRequest) -> bool:
 @never_cache
 @require_GET
 def readyz(request: HttpRequest) -> JsonResponse:
-    checks = {"database": check_database(), "redis": check_redis(), "kubernetes": check_kubernetes()}
+    checks = {name: check() for name, check in readiness_checks().items()}
     ready = all(c["ok"] for c in checks.values())
     for name, check in checks.items():
         if not check["ok"]:

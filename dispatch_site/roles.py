@@ -21,6 +21,10 @@ ALL_NAMESPACES = "*"
 AnyUser = AbstractBaseUser | AnonymousUser
 
 
+class NamespaceNotGranted(Exception):
+    """403: the namespace is not granted to the user (submitting a job, opening a session)."""
+
+
 def _group_names(user: AnyUser) -> set[str]:
     if not user.is_authenticated:
         return set()

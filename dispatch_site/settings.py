@@ -177,6 +177,13 @@ SPECTACULAR_SETTINGS = {
 }
 
 # Celery: the job record in the database is the source of truth; the broker only carries primary keys.
+# What /readyz and `manage.py preflight` check (dispatch_site.health.readiness_checks): name -> dotted path.
+READINESS_CHECKS = {
+    "database": "dispatch_site.health.check_database",
+    "redis": "dispatch_site.health.check_redis",
+    "kubernetes": "cluster.health.check_kubernetes",
+}
+
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
@@ -194,9 +201,12 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE = {
     "recheck-runtimes": {"task": "runtimes.tasks.runtimes_recheck", "schedule": crontab(minute="*/5")},
-    "resubmit-stale-executions": {"task": "jobs.tasks.executions_resubmit_stale", "schedule": 60.0},
+    "resubmit-stale-executions": {
+        "task": "jobs.submission.tasks.executions_resubmit_stale",
+        "schedule": 60.0,
+    },
     "supervise": {
-        "task": "jobs.tasks.supervise",
+        "task": "jobs.supervision.tasks.supervise",
         "schedule": float(CONFIG.supervisor_interval_seconds),
         # A cycle older than its interval is superseded by the next one: never let them pile up.
         "options": {"expires": float(CONFIG.supervisor_interval_seconds)},

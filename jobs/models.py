@@ -6,6 +6,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from dispatch_site.causes import Cause
+
 
 class JobState(models.TextChoices):
     REFUSED = "refused"
@@ -20,27 +22,6 @@ class JobState(models.TextChoices):
 
 TERMINAL_STATES = frozenset({JobState.REFUSED, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 ACTIVE_STATES = frozenset({JobState.PENDING, JobState.QUEUED, JobState.RUNNING, JobState.UNKNOWN})
-
-
-class Cause(models.TextChoices):
-    PREEMPTED = "preempted"
-    NODE_LOST = "node-lost"
-    OOM = "oom"
-    TIMEOUT = "timeout"
-    NO_CAPACITY = "no-capacity"
-    IMAGE_PULL = "image-pull"
-    EVICTED = "evicted"
-    CONFIG_ERROR = "config-error"
-    APP_ERROR = "app-error"
-    RUNTIME_MISSING = "runtime-missing"
-    IDENTITY_VIOLATION = "identity-violation"
-    CANCELLED = "cancelled"
-    UNKNOWN_FAILURE = "unknown-failure"  # nothing explains the failure: the raw conditions are kept
-
-
-# Recovery budgets (DESIGN.md): infrastructure causes retry from one budget, user causes from another.
-INFRA_CAUSES = frozenset({Cause.PREEMPTED, Cause.NODE_LOST, Cause.EVICTED, Cause.NO_CAPACITY})
-USER_CAUSES = frozenset({Cause.APP_ERROR, Cause.OOM, Cause.CONFIG_ERROR})
 
 
 def _new_job_id() -> str:

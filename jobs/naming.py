@@ -13,11 +13,10 @@ import secrets
 from collections.abc import Mapping
 from typing import Any, Final
 
-from runtimes.rules import TRAINER_ANCESTOR_LABEL
+from runtimes.reasons import TRAINER_ANCESTOR_LABEL
 
 POD_NAME_LIMIT: Final = 63
 # The prefix of the labels dispatch puts on what it creates, unless the platform sets another (SiteSettings).
-DEFAULT_LABEL_DOMAIN: Final = "dispatch.dev"
 # The label by which a TrainJob names its Kueue LocalQueue (a job's queue_name).
 KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 JOB_ID_PREFIX: Final = "j"

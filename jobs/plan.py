@@ -15,22 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from dispatch_site.names import MANAGED_BY, MANAGED_BY_LABEL
 from jobs.naming import KUEUE_QUEUE_LABEL, POD_NAME_LIMIT, pod_names, runtime_copy_name, trainjob_name
 from jobs.spec import CLUSTER_TRAINING_RUNTIME, JobSpec
-from runtimes.rules import (
-    PUBLISH_INIT_CONTAINER,
-    AllowListMiss,
-    Capability,
-    Reason,
-    SiteRules,
-    check_runtime,
-    find_trainer_job,
-)
+from runtimes.reasons import PUBLISH_INIT_CONTAINER, AllowListMiss, Capability, Reason, SiteRules
+from runtimes.rules import check_runtime, find_trainer_job
 
 API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
 API_GROUP: Final = "trainer.kubeflow.org"
-MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
-MANAGED_BY: Final = "dispatch"
 NODE: Final = "node"
 LAUNCHER: Final = "launcher"
 

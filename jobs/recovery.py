@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from jobs.spec import FAILURE_CAUSES, MAX_BACKOFF_SECONDS, RETRYABLE_CAUSES
+from dispatch_site.causes import FAILURE_CAUSES, MAX_BACKOFF_SECONDS, RETRYABLE_CAUSES
 
 INFRASTRUCTURE: Final = "infrastructure"
 USER: Final = "user"

@@ -3,8 +3,7 @@
 JobSpecSerializer validates a job request body (and a stored spec, which has the same shape) and turns it
 into a jobs.spec.JobSpec. Errors are DRF field errors, nested where the body is (runtime.name,
 env.PET_NNODES, resources_per_node.requests.cpu). Unknown fields are errors, not silently dropped: a typo
-like `num_node` would otherwise run a job the user did not ask for.
-"""
+like `num_node` would otherwise run a job the user did not ask for."""
 
 from __future__ import annotations
 
@@ -15,15 +14,26 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from dispatch_site.api import StrictSerializer
-from jobs.naming import DEFAULT_LABEL_DOMAIN, KUEUE_QUEUE_LABEL
-from jobs.spec import (
-    _DNS1123_LABEL,
+from dispatch_site.fields import (
+    Dns1123LabelField,
+    Dns1123SubdomainField,
+    RecoveryPolicySerializer,
+    StrictIntegerField,
+    json_integer,
+    problem_validator,
+)
+from dispatch_site.names import (
     _DNS1123_SUBDOMAIN,
+    DEFAULT_LABEL_DOMAIN,
+    DNS1123_LABEL_MAX,
+    DNS1123_SUBDOMAIN_MAX,
+    dns1123_subdomain_problem,
+)
+from jobs.naming import KUEUE_QUEUE_LABEL
+from jobs.spec import (
     ARGS_MAX_ITEMS,
     CLUSTER_TRAINING_RUNTIME,
     DISPLAY_NAME_MAX,
-    DNS1123_LABEL_MAX,
-    DNS1123_SUBDOMAIN_MAX,
     ENV_MAX_ITEMS,
     ENV_NAME_PATTERN,
     IMAGE_MAX,
@@ -31,18 +41,13 @@ from jobs.spec import (
     INT32_MAX,
     INT64_MAX,
     LABEL_VALUE_PATTERN,
-    MAX_BACKOFF_SECONDS,
-    MAX_RETRIES,
     NUM_NODES_MAX,
     QUALIFIED_NAME_PATTERN,
     QUANTITY_PATTERN,
-    RETRYABLE_CAUSES,
     RUNTIME_KINDS,
     TRAINING_RUNTIME,
     JobSpec,
     RuntimeRef,
-    dns1123_label_problem,
-    dns1123_subdomain_problem,
     env_name_problem,
     image_problem,
     label_value_problem,
@@ -65,39 +70,18 @@ QUANTITY_SCHEMA: dict[str, Any] = {
     "oneOf": [{"type": "string", "pattern": QUANTITY_PATTERN}, {"type": "integer", "minimum": 0}],
     "example": "500m",
 }
+
+
 ENV_NAME_SCHEMA: dict[str, Any] = {"type": "string", "pattern": ENV_NAME_PATTERN}
+
+
 LABEL_KEY_SCHEMA: dict[str, Any] = {
     "type": "string",
     "pattern": reserved_label_keys_pattern(RESERVED_LABEL_KEYS, [f"{DEFAULT_LABEL_DOMAIN}/"]),
 }
+
+
 LABEL_VALUE_SCHEMA: dict[str, Any] = {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE_PATTERN}
-
-
-def _check(problem: Callable[[str], str | None]) -> Callable[[str], None]:
-    """A DRF validator from a jobs.spec syntax check."""
-
-    def validator(value: str) -> None:
-        message = problem(value)
-        if message:
-            raise serializers.ValidationError(message)
-
-    return validator
-
-
-class StrictIntegerField(serializers.IntegerField):
-    """An integer that is a JSON integer: 3, and 3.0 (JSON Schema counts a number without a fraction as an
-    integer), but not "3", 3.5 or true (DRF's IntegerField takes "3")."""
-
-    def to_internal_value(self, data: Any) -> int:
-        return super().to_internal_value(_json_integer(data, self.fail))
-
-
-def _json_integer(data: Any, fail: Callable[[str], Any]) -> int:
-    if isinstance(data, float) and data.is_integer() and abs(data) < 2**63:
-        return int(data)
-    if isinstance(data, bool) or not isinstance(data, int):
-        fail("invalid")
-    return int(data)
 
 
 @extend_schema_field(QUANTITY_SCHEMA)
@@ -107,7 +91,7 @@ class QuantityField(serializers.Field):
     default_error_messages = {"invalid": "must be a quantity string like '500m', '2' or '4Gi'"}
 
     def to_internal_value(self, data: Any) -> str:
-        text = data if isinstance(data, str) else str(_json_integer(data, self.fail))
+        text = data if isinstance(data, str) else str(json_integer(data, self.fail))
         problem = quantity_problem(text)
         if problem:
             raise serializers.ValidationError(problem)
@@ -124,26 +108,6 @@ def _keyed_errors(items: Mapping[str, str], check: Callable[[str, str], str | No
         raise serializers.ValidationError(errors)
 
 
-@extend_schema_field({"type": "string", "pattern": _DNS1123_LABEL.pattern, "maxLength": DNS1123_LABEL_MAX})
-class Dns1123LabelField(serializers.CharField):
-    """A DNS-1123 label (a namespace); the schema shows its pattern so a client can check it first."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(max_length=DNS1123_LABEL_MAX, validators=[_check(dns1123_label_problem)], **kwargs)
-
-
-@extend_schema_field(
-    {"type": "string", "pattern": _DNS1123_SUBDOMAIN.pattern, "maxLength": DNS1123_SUBDOMAIN_MAX}
-)
-class Dns1123SubdomainField(serializers.CharField):
-    """A DNS-1123 subdomain (a runtime or queue name), its pattern in the schema."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(
-            max_length=DNS1123_SUBDOMAIN_MAX, validators=[_check(dns1123_subdomain_problem)], **kwargs
-        )
-
-
 _RUNTIME_NAME_SCHEMA = {
     "type": "string",
     "pattern": _DNS1123_SUBDOMAIN.pattern,
@@ -157,7 +121,7 @@ class ImageField(serializers.CharField):
     kubelet could not pull anything else, and would only say so after the TrainJob exists."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(max_length=IMAGE_MAX, validators=[_check(image_problem)], **kwargs)
+        super().__init__(max_length=IMAGE_MAX, validators=[problem_validator(image_problem)], **kwargs)
 
 
 # The schema a client sees: a ClusterTrainingRuntime has no namespace, a TrainingRuntime is the one in the
@@ -264,39 +228,6 @@ class ResourceRequirementsSerializer(StrictSerializer):
         return attrs
 
 
-def _cause_problem(cause: str, _retries: object) -> str | None:
-    if cause in RETRYABLE_CAUSES:
-        return None
-    return f"cannot be retried: retryable causes are {', '.join(RETRYABLE_CAUSES)}"
-
-
-class RecoveryBudgetsSerializer(StrictSerializer):
-    infrastructure = StrictIntegerField(required=False, min_value=0, max_value=MAX_RETRIES)
-    user = StrictIntegerField(required=False, min_value=0, max_value=MAX_RETRIES)
-
-
-def _per_cause_schema(maximum: int) -> dict[str, Any]:
-    """A {cause: integer} map as the schema shows it: only retryable causes are keys (_cause_problem)."""
-    value = {"type": "integer", "minimum": 0, "maximum": maximum}
-    return {
-        "type": "object",
-        "properties": dict.fromkeys(RETRYABLE_CAUSES, value),
-        "additionalProperties": False,
-    }
-
-
-@extend_schema_field(_per_cause_schema(MAX_RETRIES))
-class RetriesPerCauseField(serializers.DictField):
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(child=StrictIntegerField(min_value=0, max_value=MAX_RETRIES), **kwargs)
-
-
-@extend_schema_field(_per_cause_schema(MAX_BACKOFF_SECONDS))
-class BackoffPerCauseField(serializers.DictField):
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(child=StrictIntegerField(min_value=0, max_value=MAX_BACKOFF_SECONDS), **kwargs)
-
-
 @extend_schema_field(
     {"type": "string", "pattern": _DNS1123_SUBDOMAIN.pattern, "maxLength": DNS1123_LABEL_MAX}
 )
@@ -305,26 +236,8 @@ class QueueNameField(serializers.CharField):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(
-            max_length=DNS1123_LABEL_MAX, validators=[_check(dns1123_subdomain_problem)], **kwargs
+            max_length=DNS1123_LABEL_MAX, validators=[problem_validator(dns1123_subdomain_problem)], **kwargs
         )
-
-
-class RecoveryPolicySerializer(StrictSerializer):
-    """Overrides of the site's recovery policy (jobs.recovery): per cause the retries and the backoff before
-    attempt A+1, and the budgets that cap infrastructure and user causes together."""
-
-    retry = RetriesPerCauseField(required=False, allow_empty=True)
-    backoff_seconds = BackoffPerCauseField(required=False, allow_empty=True)
-    budgets = RecoveryBudgetsSerializer(required=False)
-
-    def validate_retry(self, value: dict[str, int]) -> dict[str, int]:
-        errors = {k: [msg] for k, v in value.items() if (msg := _cause_problem(k, v))}
-        if errors:
-            raise serializers.ValidationError(errors)
-        return value
-
-    def validate_backoff_seconds(self, value: dict[str, int]) -> dict[str, int]:
-        return self.validate_retry(value)
 
 
 def _env_problem(name: str, _value: str) -> str | None:

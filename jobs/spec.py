@@ -2,8 +2,7 @@
 
 Pure: no Django. The job record stores `JobSpec.to_dict()` as JSON; its shape is exactly the request body
 JobSpecSerializer accepts, so a stored spec can be validated again at start. The syntax checks below
-(names, labels, quantities, env) are shared by the serializer, so each rule lives in one place.
-"""
+(names, labels, quantities, env) are shared by the serializer, so each rule lives in one place."""
 
 from __future__ import annotations
 
@@ -13,21 +12,42 @@ from dataclasses import dataclass, field
 from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal, localcontext
 from typing import Any, Final, Literal
 
+from dispatch_site.causes import RECOVERY_POLICY_PARTS
+from dispatch_site.names import DNS1123_SUBDOMAIN_MAX, dns1123_subdomain_problem
+
 RuntimeKind = Literal["ClusterTrainingRuntime", "TrainingRuntime"]
+
+
 CLUSTER_TRAINING_RUNTIME: Final = "ClusterTrainingRuntime"
+
+
 TRAINING_RUNTIME: Final = "TrainingRuntime"
+
+
 RUNTIME_KINDS: Final = (CLUSTER_TRAINING_RUNTIME, TRAINING_RUNTIME)
+
 
 # Limits from the TrainJob CRD (trainer-facts §2) and Kubernetes object-name rules.
 IMAGE_MAX: Final = 500
+
+
 ARGS_MAX_ITEMS: Final = 128
+
+
 ENV_MAX_ITEMS: Final = 128
+
+
 NUM_NODES_MAX: Final = 1000  # a site sanity bound, not a Trainer one
+
+
 INT32_MAX: Final = 2**31 - 1  # numProcPerNode is an int32
+
+
 INT64_MAX: Final = 2**63 - 1  # activeDeadlineSeconds is an int64
+
+
 DISPLAY_NAME_MAX: Final = 200  # the Job model's column
-DNS1123_LABEL_MAX: Final = 63
-DNS1123_SUBDOMAIN_MAX: Final = 253
+
 
 # Env names the Trainer sets in the trainer container (trainer-facts §5). A user value would be silently
 # replaced (or would replace the Trainer's), so the job is refused instead. Prefixes cover the families;
@@ -38,6 +58,8 @@ RESERVED_ENV_PREFIXES: Final[Mapping[str, str]] = {
     "DMLC_": "the Kubeflow Trainer (XGBoost: DMLC_TRACKER_URI, DMLC_TASK_ID, ...)",
     "DISPATCH_": "dispatch (the execution identity: DISPATCH_JOB, DISPATCH_ATTEMPT, ...)",
 }
+
+
 RESERVED_ENV_NAMES: Final[Mapping[str, str]] = {
     "JAX_NUM_PROCESSES": "the Kubeflow Trainer (JAX)",
     "JAX_PROCESS_ID": "the Kubeflow Trainer (JAX)",
@@ -46,86 +68,43 @@ RESERVED_ENV_NAMES: Final[Mapping[str, str]] = {
     "JOB_COMPLETION_INDEX": "Kubernetes (the rank of an Indexed Job)",
 }
 
-RECOVERY_POLICY_PARTS: Final = ("retry", "backoff_seconds", "budgets")
 
-# Failure causes (DESIGN.md, Status) a recovery policy may retry. `cancelled` is a person's decision and
-# `identity-violation` means the promise was already broken: neither is retried automatically.
-FAILURE_CAUSES: Final = (
-    "preempted",
-    "node-lost",
-    "oom",
-    "timeout",
-    "no-capacity",
-    "image-pull",
-    "evicted",
-    "config-error",
-    "app-error",
-    "runtime-missing",
-    "identity-violation",
-    "cancelled",
-)
-RETRYABLE_CAUSES: Final = tuple(c for c in FAILURE_CAUSES if c not in ("cancelled", "identity-violation"))
-MAX_RETRIES: Final = 10
-MAX_BACKOFF_SECONDS: Final = 3600
-
-DNS1123_LABEL_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-DNS1123_SUBDOMAIN_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-_DNS1123_LABEL = re.compile(DNS1123_LABEL_PATTERN)
-_DNS1123_SUBDOMAIN = re.compile(DNS1123_SUBDOMAIN_PATTERN)
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+
 _C_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 # Kubernetes resource.Quantity syntax: <number><suffix>, the suffix binary (Ki..Ei), decimal (n..E) or 1e3.
 _QUANTITY = re.compile(
     r"^(?P<sign>[+-]?)(?P<num>[0-9]+(\.[0-9]*)?|\.[0-9]+)"
     r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
 )
+
+
 # An exponent beyond this is a typo, not a resource amount (and would overflow the arithmetic).
 QUANTITY_EXPONENT_MAX: Final = 999_999
+
+
 _WIDE = Context(prec=40, Emax=MAX_EMAX, Emin=MIN_EMIN)
+
+
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+
+
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-
-
-# --- syntax checks: each returns None when fine, else a message for the user ----------------------------
-
-
-def dns1123_label_problem(value: str) -> str | None:
-    if len(value) > DNS1123_LABEL_MAX:
-        return f"must be at most {DNS1123_LABEL_MAX} characters (it has {len(value)})"
-    if not _DNS1123_LABEL.fullmatch(value):
-        return "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending alphanumeric"
-    return None
 
 
 # An image reference: printable ASCII, no spaces (registry/name:tag, name@sha256:...).
 IMAGE_PATTERN: Final = "^[!-~]+$"
+
+
 _IMAGE = re.compile(IMAGE_PATTERN)
 
 
 def image_problem(value: str) -> str | None:
     if not _IMAGE.fullmatch(value):
         return "must be an image reference (registry/name:tag): printable ASCII without spaces"
-    return None
-
-
-def is_dns1123_label(value: str) -> bool:
-    """A namespace or container name."""
-    return dns1123_label_problem(value) is None
-
-
-def is_dns1123_subdomain(value: str) -> bool:
-    """A runtime (most object) name."""
-    return dns1123_subdomain_problem(value) is None
-
-
-def dns1123_subdomain_problem(value: str) -> str | None:
-    if len(value) > DNS1123_SUBDOMAIN_MAX:
-        return f"must be at most {DNS1123_SUBDOMAIN_MAX} characters (it has {len(value)})"
-    if not _DNS1123_SUBDOMAIN.fullmatch(value):
-        return (
-            "must be a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', "
-            "starting and ending alphanumeric"
-        )
     return None
 
 
@@ -198,27 +177,38 @@ def quantity_problem(value: str) -> str | None:
     return None
 
 
-# --- the same rules as JSON Schema, for the OpenAPI document ------------------------------------------------
-# ECMA-262 patterns (the subset Python's re reads alike). tests/unit/test_spec_schema.py checks each against
-# its function above on generated strings, so a rule changed in one place and not the other fails there.
-
-
 def _literal(text: str) -> str:
     """`text` as a pattern matching itself (only the characters our fixed names contain are escaped)."""
     return re.sub(r"([.\\+*?^$()\[\]{}|])", r"\\\1", text)
 
 
 _SEGMENT = "[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+
+
 _NAME_PART = "[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+
+
 # [prefix/]name: the prefix a DNS-1123 subdomain of at most 253 characters, the name at most 63.
 QUALIFIED_NAME_PATTERN: Final = (
     f"^(?![^/]{{{DNS1123_SUBDOMAIN_MAX + 1},}}/)(?:{_SEGMENT}(?:\\.{_SEGMENT})*/)?{_NAME_PART}$"
 )
+
+
 LABEL_VALUE_PATTERN: Final = f"^(?:{_NAME_PART})?$"
+
+
 _RESERVED_ENV_PREFIX = "|".join(_literal(p) for p in RESERVED_ENV_PREFIXES)
+
+
 _RESERVED_ENV_NAME = "|".join(_literal(n) for n in RESERVED_ENV_NAMES)
+
+
 _RESERVED_ENV = f"(?:{_RESERVED_ENV_PREFIX})|(?:{_RESERVED_ENV_NAME})$"
+
+
 ENV_NAME_PATTERN: Final = f"^(?!{_RESERVED_ENV})[A-Za-z_][A-Za-z0-9_]*$"
+
+
 # A quantity that is not negative (quantity_problem): no '-' sign.
 QUANTITY_PATTERN: Final = (
     r"^\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?0*[0-9]{1,6})?$"
@@ -229,9 +219,6 @@ def reserved_label_keys_pattern(exact: Iterable[str], prefixes: Iterable[str]) -
     """A qualified name that is none of `exact` and starts with none of `prefixes`."""
     reserved = [f"(?:{_literal(k)})$" for k in exact] + [_literal(p) for p in prefixes]
     return f"^(?!{'|'.join(reserved)})" + QUALIFIED_NAME_PATTERN[1:]
-
-
-# --- the spec ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True)

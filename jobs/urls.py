@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from django.urls import path
 
-from jobs import sessions_views, views
+from jobs.dashboard import views
+from jobs.sessions import views as sessions_views
 
 urlpatterns = [
     path("", views.home_page, name="home"),

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from django.urls import path
 
-from jobs import api, logs_api, sessions_api
+from jobs.dashboard import logs_api
+from jobs.sessions import api as sessions_api
+from jobs.submission import api
 
 urlpatterns = [
     path("plan", api.PlanApi.as_view(), name="plan"),

@@ -15,9 +15,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from dispatch_site.api import DetailSerializer, RejectUnknownFieldsMixin, StrictSerializer
+from dispatch_site.fields import Dns1123SubdomainField, RecoveryPolicySerializer
+from dispatch_site.names import DNS1123_LABEL_PATTERN, is_dns1123_label, is_dns1123_subdomain
 from dispatch_site.permissions import IsPlatform, IsPlatformOrReadOnly
-from jobs.serializers import Dns1123SubdomainField, RecoveryPolicySerializer
-from jobs.spec import DNS1123_LABEL_PATTERN, is_dns1123_label, is_dns1123_subdomain
 from runtimes import selectors, services
 from runtimes.models import PublishVia, RuntimeKind, RuntimeVerdict, SiteSettings
 

@@ -1,6 +1,6 @@
 """What each refusal reason code means and the fix that clears it: the one table the dashboard shows.
 
-Pure data keyed by the codes in runtimes.rules (the runtime rules) and jobs.plan (the start-only checks);
+Pure data keyed by the codes in runtimes.reasons (the runtime rules) and jobs.plan (the start-only checks);
 tests/api/test_dashboard_refusals.py asserts that every code has an entry. `fix_for` still answers for a
 code the table does not know (a newer dispatch wrote it), naming the code.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from runtimes import rules
+from runtimes import reasons
 
 
 @dataclass(frozen=True)
@@ -32,119 +32,119 @@ FIXES: Final[dict[str, Fix]] = {
     fix.code: fix
     for fix in (
         Fix(
-            rules.RUNTIME_NOT_ALLOWED,
+            reasons.RUNTIME_NOT_ALLOWED,
             "Nobody on the platform team has reviewed this runtime for this purpose (jobs or sessions).",
             "Ask the platform team to review the runtime and add it to the allow-list on the Runtimes page.",
             "platform team",
         ),
         Fix(
-            rules.RUNTIME_NOT_FOUND,
+            reasons.RUNTIME_NOT_FOUND,
             "The runtime the job names does not exist in the cluster.",
             "Create the runtime (or correct runtime.kind / runtime.name / runtime.namespace in the job).",
             _AUTHOR,
         ),
         Fix(
-            rules.MLPOLICY_UNSUPPORTED,
+            reasons.MLPOLICY_UNSUPPORTED,
             "dispatch runs plain and torch runtimes only; MPI, Flux, JAX and XGBoost policies were never "
             "exercised.",
             "Remove every mlPolicy key but numNodes and torch (spec.mlPolicy).",
             _AUTHOR,
         ),
         Fix(
-            rules.NO_TRAINER_JOB,
+            reasons.NO_TRAINER_JOB,
             "No replicated job is marked as the trainer, so dispatch cannot tell which pods are ranks.",
             "Label the trainer replicated job's template: "
             "metadata.labels[trainer.kubeflow.org/trainjob-ancestor-step]: trainer.",
             _AUTHOR,
         ),
         Fix(
-            rules.EXTRA_REPLICATED_JOB,
+            reasons.EXTRA_REPLICATED_JOB,
             "A replicated job besides the trainer one runs steps dispatch never exercised.",
             "Remove the other replicated jobs (initializers, launchers) from "
             "spec.template.spec.replicatedJobs.",
             _AUTHOR,
         ),
         Fix(
-            rules.RESTART_POLICY,
+            reasons.RESTART_POLICY,
             "A kubelet restarting a rank's container in place reruns it under the same identity.",
             "Set restartPolicy: Never on the trainer pod template "
             "(replicatedJobs[trainer].template.spec.template.spec.restartPolicy).",
             _AUTHOR,
         ),
         Fix(
-            rules.BACKOFF_LIMIT,
+            reasons.BACKOFF_LIMIT,
             "With a backoff limit above 0 the Job replaces a failed rank's pod within one execution.",
             "Set backoffLimit: 0 on the trainer job (replicatedJobs[trainer].template.spec.backoffLimit).",
             _AUTHOR,
         ),
         Fix(
-            rules.POD_FAILURE_POLICY_IGNORE,
+            reasons.POD_FAILURE_POLICY_IGNORE,
             "An Ignore rule lets the Job replace a failed rank's pod without failing.",
             "Remove the Ignore rule from podFailurePolicy (or use FailJob / Count); the platform team may "
             "waive it with allowRankRestart.",
             _AUTHOR,
         ),
         Fix(
-            rules.BACKOFF_LIMIT_PER_INDEX,
+            reasons.BACKOFF_LIMIT_PER_INDEX,
             "backoffLimitPerIndex lets the Job replace a failed rank's pod without failing.",
             "Remove backoffLimitPerIndex from the trainer job; the platform team may waive it with "
             "allowRankRestart.",
             _AUTHOR,
         ),
         Fix(
-            rules.POD_FAILURE_POLICY_UNKNOWN_ACTION,
+            reasons.POD_FAILURE_POLICY_UNKNOWN_ACTION,
             "A podFailurePolicy rule has an action dispatch does not understand.",
             "Use only FailJob, FailIndex, Count or Ignore as podFailurePolicy rule actions.",
             _AUTHOR,
         ),
         Fix(
-            rules.NO_NODE_CONTAINER,
+            reasons.NO_NODE_CONTAINER,
             'The Trainer and dispatch patch the container named "node"; without it nothing runs the job.',
             'Name the trainer pod\'s main container "node".',
             _AUTHOR,
         ),
         Fix(
-            rules.NO_PUBLISH_INIT_CONTAINER,
+            reasons.NO_PUBLISH_INIT_CONTAINER,
             "Under publish.via: initContainer dispatch patches an init container the pod does not have.",
             "Add the init container named in the site's publish.container to the trainer pod, or ask the "
             "platform team to publish via env.",
             _AUTHOR,
         ),
         Fix(
-            rules.JOBSET_MAX_RESTARTS,
+            reasons.JOBSET_MAX_RESTARTS,
             "A JobSet restart is recovery the plan never chose.",
             "Remove spec.template.spec.failurePolicy.maxRestarts or set it to 0; dispatch's recovery "
             "policy retries instead.",
             _AUTHOR,
         ),
         Fix(
-            rules.JOBSET_FAILURE_RULE_ACTION,
+            reasons.JOBSET_FAILURE_RULE_ACTION,
             "A JobSet failure rule other than FailJobSet restarts or ignores failures natively.",
             "Set every spec.template.spec.failurePolicy.rules[].action to FailJobSet.",
             _AUTHOR,
         ),
         Fix(
-            rules.CONTAINER_RESTART_POLICY,
+            reasons.CONTAINER_RESTART_POLICY,
             "A container's own restartPolicy (or Restart rule) makes the kubelet rerun the rank in place.",
             "Remove restartPolicy / restartPolicyRules from the trainer pod's containers (or state Never); "
             "sidecar init containers with restartPolicy: Always may stay.",
             _AUTHOR,
         ),
         Fix(
-            rules.COMPLETION_MODE,
+            reasons.COMPLETION_MODE,
             "Without an Indexed completion mode a pod has no completion index, so there is no rank.",
             "Remove completionMode from the trainer job (JobSet sets Indexed) or set it to Indexed.",
             _AUTHOR,
         ),
         Fix(
-            rules.FAIL_INDEX_WITHOUT_PER_INDEX,
+            reasons.FAIL_INDEX_WITHOUT_PER_INDEX,
             "The Job API rejects a FailIndex rule without backoffLimitPerIndex: the job could never start.",
             "Replace the FailIndex action with FailJob (or add backoffLimitPerIndex, which needs "
             "allowRankRestart).",
             _AUTHOR,
         ),
         Fix(
-            rules.TORCH_TRAINER_JOB_NAME,
+            reasons.TORCH_TRAINER_JOB_NAME,
             "The torch plugin points every rank at <trainjob>-node-0-0 for rendezvous.",
             'Name the trainer replicated job "node" when mlPolicy.torch is set.',
             _AUTHOR,

@@ -4,7 +4,7 @@ from typing import Any
 
 from django import forms
 
-from jobs.spec import is_dns1123_label, is_dns1123_subdomain
+from dispatch_site.names import is_dns1123_label, is_dns1123_subdomain
 from runtimes.models import RuntimeKind, SiteSettings
 
 

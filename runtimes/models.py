@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
-from jobs.naming import DEFAULT_LABEL_DOMAIN
+from dispatch_site.names import DEFAULT_LABEL_DOMAIN
 
 
 class RuntimeKind(models.TextChoices):

@@ -12,11 +12,12 @@ from cluster import gateway
 from cluster.errors import ClusterError
 from cluster.gateway import RuntimeObject
 from dispatch_site import roles
+from dispatch_site.names import MANAGED_BY, MANAGED_BY_LABEL
 from dispatch_site.readcache import ReadCache
 from dispatch_site.roles import AnyUser
-from jobs.plan import MANAGED_BY, MANAGED_BY_LABEL
 from runtimes.models import AllowListEntry, RuntimeKind, RuntimeVerdict, SiteSettings, runtime_ref
-from runtimes.rules import SiteRules, Verdict, check_runtime
+from runtimes.reasons import SiteRules, Verdict
+from runtimes.rules import check_runtime
 
 RuntimeKey = tuple[str, str, str]  # (kind, namespace or "", name)
 

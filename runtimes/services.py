@@ -15,7 +15,8 @@ from cluster.gateway import RuntimeObject
 from dispatch_site.audit import audit_record
 from dispatch_site.roles import AnyUser
 from runtimes.models import AllowListEntry, RuntimeVerdict, SiteSettings, runtime_ref
-from runtimes.rules import SiteRules, check_runtime
+from runtimes.reasons import SiteRules
+from runtimes.rules import check_runtime
 from runtimes.selectors import forget_cached_reads, latest_verdicts, site_rules
 
 logger = logging.getLogger(__name__)

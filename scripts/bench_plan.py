@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jobs.plan import build_plan
 from jobs.spec import JobSpec, RuntimeRef
-from runtimes.rules import SiteRules
+from runtimes.reasons import SiteRules
 
-FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "unit" / "fixtures" / "dispatch-kind.yaml"
+FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "dispatch-kind.yaml"
 
 
 def wide_runtime(base: dict[str, Any], containers: int) -> dict[str, Any]:

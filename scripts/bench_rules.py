@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from runtimes.rules import check_runtime  # noqa: E402 - needs the repository on sys.path first
 
-EXAMPLE = REPO / "tests" / "unit" / "fixtures" / "dispatch-kind.yaml"
+EXAMPLE = REPO / "tests" / "fixtures" / "dispatch-kind.yaml"
 TARGET_RATIO = 0.5
 WIDE_JOBS = 20
 

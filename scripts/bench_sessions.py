@@ -169,7 +169,7 @@ def main() -> None:
     import subprocess
     import sys
 
-    from scripts import bench
+    from scripts import bench_common as bench
 
     kubeconfig = bench.cluster_kubeconfig()
     env = {

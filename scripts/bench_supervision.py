@@ -55,9 +55,9 @@ def requests_per_cycle(kubeconfig: str, owner: Any) -> list[dict[str, Any]]:
     from kubernetes import client
 
     from cluster import gateway
-    from jobs import supervision
     from jobs.models import Execution, Job, JobState
     from jobs.naming import new_job_id, trainjob_name
+    from jobs.supervision.watch import cycle
 
     api_client = _kube(kubeconfig)
     custom = client.CustomObjectsApi(api_client)
@@ -105,9 +105,9 @@ def requests_per_cycle(kubeconfig: str, owner: Any) -> list[dict[str, Any]]:
                     submitted_at=datetime.now(UTC),
                 )
                 made += 1
-            supervision.supervise(name="bench")  # the first cycle writes each job's state once
+            cycle.supervise(name="bench")  # the first cycle writes each job's state once
             before = gateway.requests_made.total
-            report = supervision.supervise(name="bench")
+            report = cycle.supervise(name="bench")
             rows.append(
                 {
                     "jobs": size,
@@ -127,7 +127,7 @@ def _recorded(count: int) -> tuple[Any, list[Any]]:
     """`count` executions' worth of objects as the API server would list them: a TrainJob, its JobSet, one
     Job, two running pods and two events each."""
     from cluster.gateway import Observed
-    from jobs.supervision import Watched
+    from jobs.supervision.cycle import Watched
 
     trainjobs, jobsets, jobs, pods, events, watched = [], [], [], [], [], []
     for i in range(count):
@@ -181,8 +181,8 @@ def _recorded(count: int) -> tuple[Any, list[Any]]:
 
 
 def derivation_scaling() -> dict[str, float]:
-    from jobs.status import Thresholds
-    from jobs.supervision import derive_all
+    from jobs.supervision.cycle import derive_all
+    from jobs.waits import Thresholds
 
     now = datetime.now(UTC)
 
@@ -204,7 +204,7 @@ def derivation_scaling() -> dict[str, float]:
 def _watch_loop(stop: threading.Event, interval: float) -> None:
     from django.db import connection
 
-    from jobs.management.commands.supervise import run_forever
+    from jobs.supervision.watch import run_forever
 
     try:
         run_forever(stop.is_set, interval=interval)
@@ -215,11 +215,11 @@ def _watch_loop(stop: threading.Event, interval: float) -> None:
 def _beat_loop(stop: threading.Event, interval: float) -> None:
     from django.db import connection
 
-    from jobs import supervision
+    from jobs.supervision.watch import cycle
 
     try:
         while not stop.is_set():
-            supervision.supervise(name="bench-beat")
+            cycle.supervise(name="bench-beat")
             stop.wait(interval)
     finally:
         connection.close()
@@ -231,9 +231,9 @@ def failure_latency(kubeconfig: str, owner: Any) -> list[dict[str, Any]]:
     from django.db import transaction
     from kubernetes import client, watch
 
-    from jobs import services
     from jobs.models import Execution, Job, JobState
     from jobs.spec import JobSpec, RuntimeRef
+    from jobs.submission import start
 
     settings.KUBECONFIG = kubeconfig
     api_client = _kube(kubeconfig)
@@ -261,7 +261,7 @@ def failure_latency(kubeconfig: str, owner: Any) -> list[dict[str, Any]]:
                     state=JobState.PENDING,
                 )
                 execution = Execution.objects.create(job=job, attempt=1, trainjob_name=f"{job.id}-1")
-            services.execution_submit(execution_id=execution.pk)
+            start.execution_submit(execution_id=execution.pk)
             stop = threading.Event()
             target = _watch_loop if mode.startswith("watch") else _beat_loop
             thread = threading.Thread(target=target, args=(stop, interval), daemon=True)

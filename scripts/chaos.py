@@ -4,8 +4,8 @@ the database with the cluster and report the figures (issue 10).
 
 What runs (all real): a throwaway PostgreSQL and Redis of its own (scripts/services on other ports, other data
 and state directories; the shared ones on 25432/26379 are never touched), dispatch's web server (gunicorn),
-Celery workers, Celery beat (the supervisor's cycle `jobs.tasks.supervise` and the stale sweep), and the
-local control plane with KWOK (`KWOK_RUN_DURATION=2s`, so jobs finish).
+Celery workers, Celery beat (the supervisor's cycle `jobs.supervision.tasks.supervise` and the stale sweep),
+and the local control plane with KWOK (`KWOK_RUN_DURATION=2s`, so jobs finish).
 
 Faults, at seeded random moments: SIGKILL of a worker process (restarted a moment later), a Redis restart
 (its queue is lost: it keeps nothing on disk), a PostgreSQL restart, and an API server outage of 30 s.
@@ -22,7 +22,7 @@ Every decision (job kinds, which jobs are cancelled and when, fault times and ta
 failing run can be replayed; thread and process timing still varies from run to run.
 
     scripts/chaos.py --jobs 200 --seed 1     # make chaos
-    scripts/chaos.py --jobs 20 --short       # the short run inside `make test` (tests/cluster/test_chaos.py)
+    scripts/chaos.py --jobs 20 --short       # the short run inside `make test` (tests/scripts/test_chaos.py)
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ from rest_framework.test import APIClient
 from dispatch_site import roles
 from dispatch_site.services import user_create
 
-# dispatch-on-the-cluster fixtures; they build on tests/cluster/conftest.py's kubeconfig/kube/namespace.
-pytest_plugins = ["tests.cluster.dispatch_fixtures"]
+# The control plane fixtures (kubeconfig, kube, namespace: tests/support/cluster.py) and the
+# dispatch-on-the-cluster fixtures built on them (tests/support/dispatch.py).
+pytest_plugins = ["tests.support.cluster", "tests.support.dispatch"]
 
 
 @pytest.fixture
@@ -103,8 +104,8 @@ def _database_is_postgresql(request: pytest.FixtureRequest) -> None:
 
 @pytest.fixture(autouse=True)
 def _no_cluster_unless_asked(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Tests outside tests/cluster/ see an unreachable API server (nothing listens on port 1), never
-    whatever local cluster happens to run; tests/cluster/conftest.py points them at the real one."""
+    """Tests see an unreachable API server (nothing listens on port 1), never whatever local cluster happens
+    to run, unless they ask for the real one (tests/support/dispatch.py: dispatch_on_cluster)."""
     path = tmp_path_factory.getbasetemp() / "unreachable.kubeconfig"
     if not path.exists():
         path.write_text(UNREACHABLE_KUBECONFIG)
@@ -120,6 +121,8 @@ def _celery_runs_tasks_in_process() -> None:
 
     app.conf.task_always_eager = True
     app.conf.task_eager_propagates = True
+    # Register every task as a worker does at start (services send work by name: jobs.enqueue).
+    app.loader.import_default_modules()
 
 
 @pytest.fixture(autouse=True)

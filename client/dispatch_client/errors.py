@@ -7,40 +7,9 @@ API's message), ``body`` (the parsed JSON answer) and ``codes`` (the reason code
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-
-@dataclass(frozen=True)
-class Reason:
-    """One reason a runtime or a job is refused: a stable code, a message naming the field, and whether
-    allowRankRestart waives it."""
-
-    code: str
-    message: str
-    path: str = ""
-    waived: bool = False
-
-    @classmethod
-    def from_api(cls, data: Any) -> Reason:
-        if not isinstance(data, dict):
-            return cls(code="", message=str(data))
-        return cls(
-            code=str(data.get("code", "")),
-            message=str(data.get("message", "")),
-            path=str(data.get("path") or ""),
-            waived=bool(data.get("waived", False)),
-        )
-
-
-def reasons_from(body: Any) -> list[Reason]:
-    """The refusal reasons of an answer: a job's or plan's ``reasons``, or a session refusal's."""
-    if not isinstance(body, dict):
-        return []
-    raw = body.get("reasons")
-    if not isinstance(raw, list):
-        return []
-    return [Reason.from_api(r) for r in raw]
+from dispatch_client.models import ExecResult, Reason, reasons_from
 
 
 class DispatchError(Exception):
@@ -127,8 +96,6 @@ class ExecTimedOut(ServerError, TimeoutError):
 
     @property
     def result(self) -> Any:
-        from dispatch_client.models import ExecResult
-
         return ExecResult.from_api(self.body) if isinstance(self.body, dict) else None
 
 

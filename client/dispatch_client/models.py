@@ -7,13 +7,43 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dispatch_client.errors import Reason, reasons_from
-
 # Job states (dispatch's design: a coarse state plus a typed cause).
 TERMINAL_JOB_STATES = frozenset({"refused", "succeeded", "failed", "cancelled"})
 JOB_STATES = frozenset({"pending", "queued", "running", "unknown"}) | TERMINAL_JOB_STATES
 # Session states.
 SESSION_STATES = frozenset({"starting", "running", "failed", "closing", "closed"})
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One reason a runtime or a job is refused: a stable code, a message naming the field, and whether
+    allowRankRestart waives it."""
+
+    code: str
+    message: str
+    path: str = ""
+    waived: bool = False
+
+    @classmethod
+    def from_api(cls, data: Any) -> Reason:
+        if not isinstance(data, dict):
+            return cls(code="", message=str(data))
+        return cls(
+            code=str(data.get("code", "")),
+            message=str(data.get("message", "")),
+            path=str(data.get("path") or ""),
+            waived=bool(data.get("waived", False)),
+        )
+
+
+def reasons_from(body: Any) -> list[Reason]:
+    """The refusal reasons of an answer: a job's or plan's ``reasons``, or a session refusal's."""
+    if not isinstance(body, dict):
+        return []
+    raw = body.get("reasons")
+    if not isinstance(raw, list):
+        return []
+    return [Reason.from_api(r) for r in raw]
 
 
 def _str(value: Any) -> str:

@@ -18,9 +18,6 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
-# The control plane fixtures (kubeconfig, kube, namespace) of tests/cluster, for the live-update tests.
-from tests.cluster.conftest import kube, kubeconfig, namespace  # noqa: F401
-
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"

@@ -30,9 +30,9 @@ from dispatch_site import roles
 from dispatch_site.services import user_create
 from jobs.models import Execution, Job, JobState
 from runtimes.models import AllowListEntry
-from tests.api.test_job_pages import OOM_EVIDENCE, make_job, runtime_body
 from tests.browser.conftest import HEIGHT, WIDTH, LogIn, screenshot
-from tests.cluster.dispatch_fixtures import wait_for
+from tests.jobs.dashboard.test_job_pages import OOM_EVIDENCE, make_job, runtime_body
+from tests.support.dispatch import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("transactional_db")]
 
@@ -287,7 +287,7 @@ def _submit(on_cluster: dict[str, Any], env: dict[str, str]) -> str:
 @pytest.fixture
 def supervisor() -> Iterator[Callable[[], None]]:
     """The `manage.py supervise` loop (cycles plus the pod watch) in a thread, started on demand."""
-    from jobs.management.commands.supervise import run_forever
+    from jobs.supervision.watch import run_forever
 
     stop = threading.Event()
     threads: list[threading.Thread] = []

@@ -23,9 +23,6 @@ import pytest
 import requests
 from django.conf import settings
 
-# The control plane fixtures (kubeconfig, kube, namespace) of tests/cluster, shared here.
-from tests.cluster.conftest import kube, kubeconfig, namespace  # noqa: F401
-
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -131,7 +128,7 @@ class Dispatch:
 
 @pytest.fixture(scope="session")
 def dispatch_server(
-    kubeconfig: str,  # noqa: F811
+    kubeconfig: str,
     django_db_setup: Any,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Dispatch]:

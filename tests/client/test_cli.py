@@ -18,7 +18,7 @@ from dispatch_site import roles
 from dispatch_site.services import user_create
 from runtimes.models import AllowListEntry
 from tests.client.conftest import Dispatch
-from tests.cluster.dispatch_fixtures import GROUP, VERSION, runtime_body, trainer_job
+from tests.support.dispatch import GROUP, VERSION, runtime_body, trainer_job
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 

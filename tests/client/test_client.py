@@ -25,7 +25,7 @@ from dispatch_site import roles
 from dispatch_site.services import user_create
 from runtimes.models import AllowListEntry
 from tests.client.conftest import Dispatch, free_port, service_env, start_web
-from tests.cluster.dispatch_fixtures import GROUP, VERSION, runtime_body, trainer_job, wait_for
+from tests.support.dispatch import GROUP, VERSION, runtime_body, trainer_job, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 

@@ -11,8 +11,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dispatch_site import roles
+from dispatch_site.names import is_dns1123_label
 from dispatch_site.services import user_create
-from jobs.spec import is_dns1123_label
 
 
 class Command(BaseCommand):

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from dispatch_site.health import check_database, check_kubernetes, check_redis
+from dispatch_site.health import readiness_checks
 
 
 class Command(BaseCommand):
@@ -17,9 +17,9 @@ class Command(BaseCommand):
         parser.add_argument("--no-kubernetes", action="store_true", help="skip the Kubernetes API check")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        checks = {"database": check_database, "redis": check_redis}
-        if not options["no_kubernetes"]:
-            checks["kubernetes"] = check_kubernetes
+        checks = readiness_checks()
+        if options["no_kubernetes"]:
+            checks.pop("kubernetes", None)
         failures = []
         for name, check in checks.items():
             result = check()

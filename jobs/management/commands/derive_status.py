@@ -16,8 +16,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from jobs.naming import DEFAULT_LABEL_DOMAIN
-from jobs.status import Context, Thresholds, derive, parse_time
+from dispatch_site.names import DEFAULT_LABEL_DOMAIN
+from jobs.supervision.status import Context, derive
+from jobs.waits import Thresholds, parse_time
 from runtimes.management.commands.check_runtime import USAGE_ERROR, load_objects
 
 

@@ -16,15 +16,8 @@ from typing import Any
 import yaml
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from runtimes.rules import (
-    PUBLISH_ENV,
-    PUBLISH_INIT_CONTAINER,
-    PUBLISH_VIAS,
-    RUNTIME_KINDS,
-    SiteRules,
-    check_runtime,
-    runtime_ref,
-)
+from runtimes.reasons import PUBLISH_ENV, PUBLISH_INIT_CONTAINER, PUBLISH_VIAS, RUNTIME_KINDS, SiteRules
+from runtimes.rules import check_runtime, runtime_ref
 
 # libyaml's loader parses several times faster than the pure-Python one; both are safe loaders.
 _YAML_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

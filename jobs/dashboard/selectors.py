@@ -1,0 +1,278 @@
+"""Reads for the overview (home) and the refusals page. Every job read starts from jobs_visible_to, so a
+user sees counts, codes and jobs of what their grants allow and nothing else."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from dispatch_site.causes import Cause
+from jobs.models import ACTIVE_STATES, Job, JobState, SupervisorCycle
+from jobs.selectors import jobs_visible_to, window_start
+from runtimes.fixes import Fix, fix_for
+from runtimes.models import AllowListEntry, RuntimeVerdict, runtime_ref
+from runtimes.selectors import latest_verdicts
+
+RECENT_VERDICTS = timedelta(days=7)
+LIST_CAP = 20  # jobs named per refusal code (the count says how many there are)
+
+
+@dataclass(frozen=True)
+class Counts:
+    window: str
+    total: int
+    states: list[tuple[str, int]]  # every state, in JobState order, zeros included
+    causes: list[tuple[str, int]]  # causes that occur, most frequent first
+
+
+def counts(user: Any, window: str, *, now: datetime | None = None) -> Counts:
+    """Jobs submitted in the window, per state and per cause: two grouped queries on the created_at index."""
+    since = window_start(window, now)
+    queryset = jobs_visible_to(user).order_by()
+    if since is not None:
+        queryset = queryset.filter(created_at__gte=since)
+    by_state = dict(queryset.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
+    by_cause = (
+        queryset.exclude(cause="").values_list("cause").annotate(n=Count("id")).values_list("cause", "n")
+    )
+    return Counts(
+        window=window,
+        total=sum(by_state.values()),
+        states=[(state, by_state.get(state, 0)) for state in JobState.values],
+        causes=sorted(by_cause, key=lambda pair: (-pair[1], pair[0])),
+    )
+
+
+@dataclass
+class RefusedRuntime:
+    ref: str
+    kind: str
+    namespace: str
+    name: str
+    messages: list[str]
+
+
+@dataclass
+class CodeGroup:
+    """One refusal code: what it means, how to fix it, and who is refused for it."""
+
+    code: str
+    fix: Fix
+    job_count: int = 0
+    jobs: list[dict[str, Any]] = field(default_factory=list)  # the newest LIST_CAP
+    runtimes: list[RefusedRuntime] = field(default_factory=list)
+    runtime_names: Counter[str] = field(default_factory=Counter)  # runtimes behind the refused jobs
+
+    @property
+    def total(self) -> int:
+        return self.job_count + len(self.runtimes)
+
+    @property
+    def top_runtimes(self) -> list[tuple[str, int]]:
+        """(a template cannot call most_common: a Counter answers 0 to any key it is asked for.)"""
+        return self.runtime_names.most_common(5)
+
+
+def refusals(
+    user: Any,
+    *,
+    code: str = "",
+    runtime: str = "",
+    namespace: str = "",
+    owner: str = "",
+    window: str = "",
+    now: datetime | None = None,
+) -> list[CodeGroup]:
+    """Every refused job (visible to `user`) and every refused allow-listed runtime, grouped by code, the
+    most frequent code first. Reads the refused jobs' reasons only (the state index), newest first."""
+    jobs = jobs_visible_to(user).filter(state=JobState.REFUSED)
+    if runtime:
+        jobs = jobs.filter(runtime_name=runtime)
+    if namespace:
+        jobs = jobs.filter(namespace=namespace)
+    if owner:
+        jobs = jobs.filter(owner__username=owner)
+    since = window_start(window, now)
+    if since is not None:
+        jobs = jobs.filter(created_at__gte=since)
+    groups: dict[str, CodeGroup] = {}
+
+    def group(reason_code: str) -> CodeGroup:
+        if reason_code not in groups:
+            groups[reason_code] = CodeGroup(code=reason_code, fix=fix_for(reason_code))
+        return groups[reason_code]
+
+    rows = jobs.order_by("-created_at", "-id").values_list(
+        "id",
+        "display_name",
+        "namespace",
+        "runtime_kind",
+        "runtime_name",
+        "owner__username",
+        "created_at",
+        "reasons",
+    )
+    for job_id, name, ns, kind, rt_name, username, created_at, reasons in rows.iterator(chunk_size=2000):
+        seen: set[str] = set()
+        for reason in reasons or []:
+            reason_code = str(reason.get("code", "")) if isinstance(reason, dict) else ""
+            if not reason_code or reason_code in seen or (code and reason_code != code):
+                continue
+            seen.add(reason_code)
+            entry = group(reason_code)
+            entry.job_count += 1
+            entry.runtime_names[rt_name] += 1
+            if len(entry.jobs) < LIST_CAP:
+                entry.jobs.append(
+                    {
+                        "id": job_id,
+                        "display_name": name,
+                        "namespace": ns,
+                        "runtime": rt_name,
+                        "runtime_kind": kind,
+                        "owner": username,
+                        "created_at": created_at,
+                        "message": str(reason.get("message", "")),
+                    }
+                )
+    # Namespace and owner filters are about jobs; a runtime is nobody's, so they leave runtimes out.
+    if not (namespace or owner or window):
+        for runtime_row in refused_runtimes():
+            if runtime and runtime_row.name != runtime:
+                continue
+            by_code: dict[str, list[str]] = defaultdict(list)
+            for reason_code, message in runtime_row.messages_by_code:
+                by_code[reason_code].append(message)
+            for reason_code, messages in by_code.items():
+                if code and reason_code != code:
+                    continue
+                group(reason_code).runtimes.append(
+                    RefusedRuntime(
+                        ref=runtime_row.ref,
+                        kind=runtime_row.kind,
+                        namespace=runtime_row.namespace,
+                        name=runtime_row.name,
+                        messages=messages,
+                    )
+                )
+    return sorted(groups.values(), key=lambda g: (-g.total, g.code))
+
+
+@dataclass(frozen=True)
+class RuntimeRefusal:
+    ref: str
+    kind: str
+    namespace: str
+    name: str
+    messages_by_code: list[tuple[str, str]]
+    checked_at: datetime
+
+
+def refused_runtimes() -> list[RuntimeRefusal]:
+    """Allow-listed runtimes whose newest recorded verdict refuses them (the re-check's history)."""
+    allowed = {(e.kind, e.namespace, e.name) for e in AllowListEntry.objects.all()}
+    rows = []
+    for key, verdict in latest_verdicts().items():
+        if key not in allowed or not verdict.refused:
+            continue
+        reasons = [r for r in verdict.verdict.get("reasons", []) if not r.get("waived")]
+        rows.append(
+            RuntimeRefusal(
+                ref=runtime_ref(*key),
+                kind=key[0],
+                namespace=key[1],
+                name=key[2],
+                messages_by_code=[(str(r.get("code", "")), str(r.get("message", ""))) for r in reasons],
+                checked_at=verdict.checked_at,
+            )
+        )
+    return sorted(rows, key=lambda r: r.ref)
+
+
+def identity_warned_jobs(user: Any, limit: int = 50) -> list[Job]:
+    """Jobs not yet finished that run under an identity warning (the partial index of 0004)."""
+    return list(
+        jobs_visible_to(user)
+        .filter(~Q(identity_warnings=[]), state__in=ACTIVE_STATES)
+        .order_by("-created_at", "-id")[:limit]
+    )
+
+
+@dataclass(frozen=True)
+class VerdictChange:
+    ref: str
+    kind: str
+    namespace: str
+    name: str
+    at: datetime
+    refused: bool
+    codes: list[str]
+    before_refused: bool | None  # None: the first verdict recorded for this runtime
+    before_codes: list[str]
+
+
+def verdict_changes(*, now: datetime | None = None, limit: int = 15) -> list[VerdictChange]:
+    """The newest verdict rows of the last week, each with the verdict it replaced."""
+    since = (now or timezone.now()) - RECENT_VERDICTS
+    recent = list(RuntimeVerdict.objects.filter(checked_at__gte=since).order_by("-checked_at", "-id")[:limit])
+    changes = []
+    for row in recent:
+        before = (
+            RuntimeVerdict.objects.filter(
+                kind=row.kind, namespace=row.namespace, name=row.name, id__lt=row.id
+            )
+            .order_by("-id")
+            .first()
+        )
+        changes.append(
+            VerdictChange(
+                ref=runtime_ref(row.kind, row.namespace, row.name),
+                kind=row.kind,
+                namespace=row.namespace,
+                name=row.name,
+                at=row.checked_at,
+                refused=row.refused,
+                codes=row.codes,
+                before_refused=before.refused if before else None,
+                before_codes=before.codes if before else [],
+            )
+        )
+    return changes
+
+
+@dataclass(frozen=True)
+class SupervisorHealth:
+    name: str
+    last_finished: datetime | None
+    lag_seconds: float | None  # since the last cycle finished
+    interval_seconds: float
+    late: bool  # more than three intervals since the last cycle
+    duration_ms: int
+    api_requests: int
+    error: str
+
+
+def supervisor_health(*, now: datetime | None = None) -> SupervisorHealth:
+    cycle = SupervisorCycle.objects.filter(name="supervisor").first()
+    interval = float(settings.SUPERVISOR_INTERVAL_SECONDS)
+    finished = cycle.finished_at if cycle else None
+    lag = ((now or timezone.now()) - finished).total_seconds() if finished else None
+    return SupervisorHealth(
+        name="supervisor",
+        last_finished=finished,
+        lag_seconds=lag,
+        interval_seconds=interval,
+        late=lag is None or lag > 3 * interval,
+        duration_ms=cycle.duration_ms if cycle else 0,
+        api_requests=cycle.api_requests if cycle else 0,
+        error=cycle.error if cycle else "",
+    )
+
+
+CAUSES = Cause.values

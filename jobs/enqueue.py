@@ -1,0 +1,38 @@
+"""Send work to Celery by task name, so that a service never imports a tasks module (the tasks import the
+services). The names are the tasks' registered names (`@shared_task(name=...)`), defined here once.
+
+A task that is registered in this process (a worker, or the test suite's in-process mode) is sent through its
+own `apply_async`; otherwise the message goes to the broker by name (`send_task`), which is what the web
+process does. Celery's Signature picks between the two."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from celery import current_app
+
+EXECUTION_SUBMIT: Final = "jobs.submission.tasks.execution_submit"
+EXECUTION_DELETE: Final = "jobs.submission.tasks.execution_delete"
+EXECUTIONS_RESUBMIT_STALE: Final = "jobs.submission.tasks.executions_resubmit_stale"
+SUPERVISE: Final = "jobs.supervision.tasks.supervise"
+SESSION_WATCH: Final = "jobs.sessions.tasks.session_watch"
+SESSION_CLOSE_WATCH: Final = "jobs.sessions.tasks.session_close_watch"
+
+
+def send(name: str, *args: Any, countdown: float | None = None) -> None:
+    """Enqueue task `name` with positional `args` (primary keys: the task reloads the row)."""
+    signature = current_app.signature(name, args=args)
+    if countdown is None:
+        signature.apply_async()
+    else:
+        signature.apply_async(countdown=countdown)
+
+
+def on_commit_send(name: str, *args: Any) -> Any:
+    """A callback for `transaction.on_commit(..., robust=True)`: a named function (Django logs a failing
+    robust callback by its __qualname__, which a functools.partial lacks)."""
+
+    def send_after_commit() -> None:
+        send(name, *args)
+
+    return send_after_commit

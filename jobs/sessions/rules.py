@@ -1,0 +1,275 @@
+"""Pure decisions for sessions: which runtime can serve one, which pod is the trainer pod, what an observed
+pod means, how a command is run, and the objects a session is made of."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from django.conf import settings
+
+from cluster import exec as pods
+from cluster.logs import EventRow
+from jobs.models import Session, SessionState
+from jobs.plan import LAUNCHER, build_train_job, build_training_runtime
+from jobs.spec import JobSpec, RuntimeRef
+from jobs.waits import Thresholds, parse_time
+from runtimes.models import AllowListEntry
+from runtimes.reasons import (
+    NO_NODE_CONTAINER,
+    NO_TRAINER_JOB,
+    NODE_CONTAINER,
+    RUNTIME_NOT_ALLOWED,
+    RUNTIME_NOT_FOUND,
+    AllowListMiss,
+    Reason,
+    SiteRules,
+)
+from runtimes.rules import check_runtime, find_trainer_job
+
+# What keeps the trainer pod alive when the caller gives no command (the SDK's INTERACTIVE_COMMAND).
+KEEP_ALIVE_COMMAND: Final = ("sleep", "infinity")
+
+
+SHELL: Final = ("sh", "-c")
+
+
+PURPOSE: Final = "sessions"
+
+
+# The rules that make a session unusable; the job-only rules (identity, restarts, MPI) do not apply.
+SESSION_CODES: Final = frozenset({RUNTIME_NOT_ALLOWED, RUNTIME_NOT_FOUND, NO_TRAINER_JOB, NO_NODE_CONTAINER})
+
+
+WAIT_MAX_SECONDS: Final = 300
+
+
+AUDIT_OBJECT: Final = "session"
+
+
+EXEC_ACTION: Final = "session.exec"
+
+
+PHASE_RUNNING: Final = "Running"
+
+
+FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
+
+
+def allow_list_miss(entry: AllowListEntry | None, *, list_empty: bool) -> AllowListMiss | None:
+    """None when the entry allows sessions, else why not (for the runtime-not-allowed message)."""
+    if entry is not None and entry.for_sessions:
+        return None
+    listed_for = tuple(entry.purposes) if entry is not None else ()
+    return AllowListMiss(purpose=PURPOSE, list_empty=list_empty and entry is None, listed_for=listed_for)
+
+
+def _pod_spec(job: Mapping[str, Any]) -> Mapping[str, Any]:
+    template = job.get("template")
+    spec = template.get("spec") if isinstance(template, Mapping) else None
+    pod = spec.get("template") if isinstance(spec, Mapping) else None
+    pod_spec = pod.get("spec") if isinstance(pod, Mapping) else None
+    return pod_spec if isinstance(pod_spec, Mapping) else {}
+
+
+def _launcher(runtime: Mapping[str, Any]) -> tuple[int, Mapping[str, Any]] | None:
+    spec = runtime.get("spec")
+    template = spec.get("template") if isinstance(spec, Mapping) else None
+    jobset = template.get("spec") if isinstance(template, Mapping) else None
+    jobs = jobset.get("replicatedJobs") if isinstance(jobset, Mapping) else None
+    for index, job in enumerate(jobs if isinstance(jobs, list) else []):
+        if isinstance(job, Mapping) and job.get("name") == LAUNCHER:
+            return index, job
+    return None
+
+
+def session_runtime_check(
+    runtime: Mapping[str, Any] | None, *, miss: AllowListMiss | None, ref: str
+) -> tuple[list[Reason], str]:
+    """Whether a runtime can serve a session: (every reason it cannot, the replicated job whose pod is the
+    trainer pod). The rule checker judges; only the rules that make a session unusable count here. The
+    trainer pod's job is the one labelled as the trainer ancestor, else (no job has the label) the MPI
+    launcher; its pod needs the container `node`, where commands run. Pure."""
+    verdict = check_runtime(runtime, allow_listed=miss if miss is not None else True, ref=ref)
+    reasons = [r for r in verdict.reasons if r.code in SESSION_CODES]
+    if runtime is None:
+        return reasons, ""
+    found = find_trainer_job(runtime)
+    if found is not None:
+        return reasons, str(found[1].get("name", ""))
+    launcher = _launcher(runtime)
+    if launcher is None:
+        return reasons, ""
+    # No job carries the trainer label: the launcher serves, so no-trainer-job does not refuse.
+    reasons = [r for r in reasons if r.code != NO_TRAINER_JOB]
+    index, job = launcher
+    containers = _pod_spec(job).get("containers")
+    names = (
+        [c.get("name") for c in containers if isinstance(c, Mapping)] if isinstance(containers, list) else []
+    )
+    if NODE_CONTAINER not in names:
+        path = f"spec.template.spec.replicatedJobs[{index}].template.spec.template.spec.containers"
+        found_names = ", ".join(repr(n) for n in names) or "none"
+        reasons.append(
+            Reason(
+                NO_NODE_CONTAINER,
+                f'{path} has no container named "node" (found {found_names}); no replicated job carries the '
+                f"trainer label, so the launcher's pod is the trainer pod, and commands run in its container "
+                '"node"',
+                path,
+            )
+        )
+    return reasons, LAUNCHER
+
+
+def pick_trainer_pod(pod_list: Sequence[pods.PodInfo], replicated_job: str) -> pods.PodInfo | None:
+    """The trainer pod: the first pod (job index, then completion index) of the trainer's replicated job
+    that is not being deleted. Never a pod of another replicated job: an MPI launcher's pod appears only
+    after the node pods are ready, and until then there is no trainer pod. Pure."""
+    mine = [p for p in pod_list if p.replicated_job == replicated_job and not p.deleting]
+    return min(mine, key=lambda p: (p.job_index, p.completion_index, p.name), default=None)
+
+
+@dataclass(frozen=True)
+class StartDecision:
+    state: str  # starting (keep waiting), running or failed
+    pod: str = ""
+    message: str = ""
+
+
+def _delete_hint(session: Session) -> str:
+    return (
+        f"TrainJob {session.namespace}/{session.name} was created and still exists: delete it by closing the "
+        f"session (DELETE /api/v1/sessions/{session.id}, or Close on its page)"
+    )
+
+
+# A creation failure still reported this long after the session's TrainJob was created is not the Trainer's
+# cache lag on the new runtime copy (milliseconds): the session fails at once instead of waiting out its
+# timeout. One threshold with the supervisor's (jobs.status).
+CREATION_FAILED_AFTER: Final = Thresholds().resources_failed_after
+
+
+def creation_failure(
+    events: Sequence[EventRow], trainjob: str, created_at: datetime, now: datetime
+) -> str | None:
+    """Why the session's objects cannot be made, from the namespace's Events: the Trainer cannot build the
+    JobSet (TrainJobResourcesCreationFailed on the TrainJob), or a Job cannot create its pods (FailedCreate,
+    e.g. an admission rule or a LimitRange; an exceeded quota is waited for, it may free up). Only a failure
+    reported CREATION_FAILED_AFTER seconds after the TrainJob was created, and only once that long has
+    passed, counts. Pure."""
+    if (now - created_at).total_seconds() < CREATION_FAILED_AFTER:
+        return None
+    late = created_at + timedelta(seconds=CREATION_FAILED_AFTER / 3)
+    for event in events:  # newest first
+        at = parse_time(event.at)
+        if at is None or at < late:
+            continue
+        kind, _, name = event.object.partition(" ")
+        if kind == "TrainJob" and name == trainjob and event.reason == "TrainJobResourcesCreationFailed":
+            return f"the Trainer cannot build the TrainJob's JobSet: {event.message}"
+        if (
+            kind == "Job"
+            and name.startswith(f"{trainjob}-")
+            and event.reason == "FailedCreate"
+            and "exceeded quota" not in event.message
+        ):
+            return f"Job {name} cannot create its pods: {event.message}"
+    return None
+
+
+def decide_start(
+    session: Session, pod: pods.PodInfo | None, *, expired: bool, failure: str | None = None
+) -> StartDecision:
+    """What the observed trainer pod (or, without one, a creation failure) means for a starting session.
+    Pure (reads the row, writes nothing)."""
+    if pod is not None and pod.phase == PHASE_RUNNING:
+        return StartDecision(SessionState.RUNNING, pod.name, f"trainer pod {pod.name} is running")
+    if pod is not None and pod.phase in FINISHED_PHASES:
+        return StartDecision(
+            SessionState.FAILED,
+            pod.name,
+            f"trainer pod {pod.name} has already {pod.phase.lower()}: the TrainJob's command ended, so no "
+            f"command can run in it (a session's command must keep the pod running, like the default "
+            f"{shlex.join(KEEP_ALIVE_COMMAND)}); {_delete_hint(session)}",
+        )
+    if pod is None and failure:
+        return StartDecision(SessionState.FAILED, "", f"{failure}; {_delete_hint(session)}")
+    if not expired:
+        return StartDecision(SessionState.STARTING)
+    seen = (
+        f"trainer pod {pod.name} is {pod.phase}"
+        if pod is not None
+        else f"no pod of replicated job {session.trainer_replicated_job!r} exists yet"
+    )
+    return StartDecision(
+        SessionState.FAILED,
+        pod.name if pod is not None else "",
+        f"the trainer pod was not running within {session.timeout_seconds}s ({seen}); "
+        + _delete_hint(session),
+    )
+
+
+def command_argv(command: str | Sequence[str]) -> list[str]:
+    """A string runs with `sh -c`; a list runs as it is (like kubectl exec). Pure."""
+    if isinstance(command, str):
+        return [*SHELL, command]
+    return list(command)
+
+
+@dataclass(frozen=True)
+class SessionRequest:
+    runtime: RuntimeRef
+    namespace: str
+    image: str
+    num_nodes: int | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    command: tuple[str, ...] | None = None
+    timeout_seconds: int | None = None
+    name: str | None = None
+
+
+def session_spec(request: SessionRequest) -> JobSpec:
+    """The request as the JobSpec the plan's builders take: the keep-alive command unless one is given."""
+    return JobSpec(
+        runtime=request.runtime,
+        namespace=request.namespace,
+        image=request.image,
+        command=request.command if request.command else KEEP_ALIVE_COMMAND,
+        env=tuple(request.env.items()),
+        num_nodes=request.num_nodes,
+    )
+
+
+def session_objects(
+    *, session: Session, spec: JobSpec, runtime: Mapping[str, Any], label_domain: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The TrainingRuntime copy and the TrainJob, built as a job's (attempt 1 of "job" <session id>), then
+    named after the session and marked as a session's. Pure."""
+    training_runtime = build_training_runtime(
+        spec=spec, runtime=runtime, rules=SiteRules(), job_id=session.id, attempt=1, label_domain=label_domain
+    )
+    train_job, _ = build_train_job(spec=spec, job_id=session.id, attempt=1, label_domain=label_domain)
+    marks = {f"{label_domain}/session": session.id}
+    for obj in (training_runtime, train_job):
+        obj["metadata"]["name"] = session.name
+        obj["metadata"]["labels"].update(marks)
+    train_job["spec"]["runtimeRef"]["name"] = session.name
+    return training_runtime, train_job
+
+
+def _timeout(request: SessionRequest) -> int:
+    return int(request.timeout_seconds or settings.SESSION_OPEN_TIMEOUT_SECONDS)
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    stdout: str
+    stderr: str
+    returncode: int | None
+    truncated: bool
+    pod: str
+    container: str

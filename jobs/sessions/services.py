@@ -1,0 +1,321 @@
+"""Interactive sessions: open (a TrainJob kept alive), watch it start, close it.
+
+spec/interactive-sessions.md, DESIGN.md "Interactive sessions". The session row is the source of truth;
+state changes are compare-and-set, so the watcher task and a request waiting on the same session (or a task
+delivered twice) never fight. The TrainJob is built like a job's (jobs.plan: a TrainingRuntime
+copy and the TrainJob on it), named after the session, labelled with the session's id where a job's objects
+carry the job id, so the same adoption and ownership code (jobs.objects) applies and nothing of another
+session (or job) is ever touched."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+from typing import Any, Final
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from cluster import exec as pods
+from cluster import gateway
+from cluster.errors import ClusterError
+from cluster.logs import events_for
+from dispatch_site import roles
+from dispatch_site.audit import audit_record
+from dispatch_site.roles import NamespaceNotGranted
+from jobs import enqueue
+from jobs.models import SESSION_NAME_HOLDERS, Session, SessionState
+from jobs.objects import (
+    TRAINING_RUNTIME,
+    TRAINJOB,
+    create_or_adopt,
+    create_trainjob_on_copy,
+    is_ours,
+    own_copy,
+)
+from jobs.plan import start_reasons
+from jobs.sessions.errors import SessionCreateFailed, SessionNameTaken, SessionRefused
+from jobs.sessions.rules import (
+    CREATION_FAILED_AFTER,
+    SessionRequest,
+    _timeout,
+    allow_list_miss,
+    creation_failure,
+    decide_start,
+    pick_trainer_pod,
+    session_objects,
+    session_runtime_check,
+    session_spec,
+)
+from runtimes.models import AllowListEntry, SiteSettings, runtime_ref
+from runtimes.reasons import NODE_CONTAINER, RUNTIME_NOT_ALLOWED, Reason, not_allowed_message
+from runtimes.selectors import allow_list_entry, get_runtime
+
+logger = logging.getLogger(__name__)
+
+
+POLL_SECONDS: Final = 0.25
+
+
+def session_open(*, owner: User, request: SessionRequest) -> Session:
+    """Check, record, and create the TrainJob; the watcher task (or a waiting request) takes the session
+    from starting to running or failed. NamespaceNotGranted, SessionRefused, SessionNameTaken,
+    SessionCreateFailed; ClusterError when the runtime cannot be read (nothing recorded)."""
+    if not roles.may_submit_to(owner, request.namespace):
+        raise NamespaceNotGranted(
+            f"namespace {request.namespace!r} is not granted to {owner.get_username()}: dispatch may not "
+            "open sessions there for you"
+        )
+    ref = request.runtime
+    kind, runtime_namespace = ref.kind, ref.namespace or ""
+    entry = allow_list_entry(kind, runtime_namespace, ref.name)
+    miss = allow_list_miss(entry, list_empty=entry is None and not AllowListEntry.objects.exists())
+    ref_text = runtime_ref(kind, runtime_namespace, ref.name)
+    try:
+        found = get_runtime(kind, runtime_namespace, ref.name)  # never one of dispatch's own copies
+    except ClusterError:
+        if miss is None:
+            raise
+        # Not allowed whatever the cluster holds: say so now rather than that the cluster is down.
+        reason = Reason(RUNTIME_NOT_ALLOWED, not_allowed_message(ref_text, miss), "metadata.name")
+        raise _refused(owner, ref_text, request.namespace, [reason]) from None
+    body = found.body if found is not None else None
+    reasons, trainer_job = session_runtime_check(body, miss=miss, ref=ref_text)
+    site = SiteSettings.load()
+    spec = session_spec(request)
+    session = Session(
+        owner=owner,
+        namespace=request.namespace,
+        runtime_kind=kind,
+        runtime_namespace=runtime_namespace,
+        runtime_name=ref.name,
+        image=request.image,
+        num_nodes=request.num_nodes,
+        env=dict(request.env),
+        command=list(request.command) if request.command else None,
+        timeout_seconds=_timeout(request),
+        trainer_replicated_job=trainer_job,
+        container=NODE_CONTAINER,
+    )
+    session.name = request.name or session.id
+    if body is not None:
+        extra, _ = start_reasons(spec=spec, runtime=body, namespace_granted=True, train_job_name=session.name)
+        reasons += extra
+    if reasons:
+        raise _refused(owner, ref_text, request.namespace, reasons)
+    if kind == TRAINING_RUNTIME and runtime_namespace == session.namespace and ref.name == session.name:
+        raise SessionNameTaken(
+            f"TrainJob name {session.name!r} is the name of the TrainingRuntime it would run on: dispatch "
+            "names the TrainJob's runtime copy after the TrainJob, so choose another session name"
+        )
+    assert body is not None
+    try:
+        with transaction.atomic():
+            session.save(force_insert=True)
+            audit_record(
+                actor=owner,
+                action="session.open",
+                object_type="session",
+                object_id=session.id,
+                details={"runtime": ref.source, "namespace": session.namespace, "trainjob": session.name},
+            )
+    except IntegrityError:
+        holder = Session.objects.filter(
+            namespace=request.namespace, name=session.name, state__in=SESSION_NAME_HOLDERS
+        ).first()
+        held = f"session {holder.id} ({holder.state})" if holder else "another session"
+        raise SessionNameTaken(
+            f"TrainJob name {session.name!r} in namespace {request.namespace!r} is held by {held}; close it "
+            "first, or choose another name"
+        ) from None
+
+    copy, train_job = session_objects(
+        session=session, spec=spec, runtime=body, label_domain=site.label_domain
+    )
+    try:
+        made_copy = create_or_adopt(TRAINING_RUNTIME, copy, site.label_domain, session.id)
+        made_job = create_trainjob_on_copy(train_job, site.label_domain, session.id)
+        own_copy(made_copy, made_job)
+    except ClusterError as exc:
+        message = f"could not create the session's objects: {exc.target}: {exc.message}"
+        try:
+            _delete_objects(session, site.label_domain)
+        except ClusterError as cleanup:
+            message += f" (what was created could not be deleted yet: {cleanup}; closing the session does)"
+        session_set_state(session, {SessionState.STARTING}, SessionState.FAILED, message=message)
+        session.refresh_from_db()
+        raise SessionCreateFailed(session, message, transient=exc.transient) from None
+    transaction.on_commit(enqueue.on_commit_send(enqueue.SESSION_WATCH, session.pk), robust=True)
+    return session
+
+
+def _refused(owner: User, ref_text: str, namespace: str, reasons: list[Reason]) -> SessionRefused:
+    audit_record(
+        actor=owner,
+        action="session.refuse",
+        object_type="runtime",
+        object_id=ref_text[:200],
+        details={"namespace": namespace, "codes": [r.code for r in reasons]},
+    )
+    return SessionRefused(reasons)
+
+
+def session_set_state(session: Session, old: set[str] | frozenset[str], new: str, **fields: Any) -> bool:
+    """Compare-and-set; False when another worker or request moved the session first."""
+    return (
+        Session.objects.filter(pk=session.pk, state__in=old).update(
+            state=new, updated_at=timezone.now(), **fields
+        )
+        == 1
+    )
+
+
+def _pods_of(session: Session, label_domain: str) -> list[pods.PodInfo]:
+    selector = f"{pods.JOBSET_NAME_LABEL}={session.name},{label_domain}/job={session.id}"
+    return pods.list_pods(session.namespace, selector)
+
+
+def session_observe(*, session_id: str) -> Session | None:
+    """One look at a starting session's trainer pod; moves it to running or failed when that is decided.
+    A cluster that cannot be read decides nothing (the next look tries again)."""
+    session = Session.objects.filter(pk=session_id).first()
+    if session is None or session.state != SessionState.STARTING:
+        return session
+    expired = timezone.now() >= session.created_at + timedelta(seconds=session.timeout_seconds)
+    try:
+        pod = pick_trainer_pod(
+            _pods_of(session, SiteSettings.load().label_domain), session.trainer_replicated_job
+        )
+    except ClusterError as exc:
+        logger.warning("session %s: cannot read its pods: %s", session.id, exc)
+        if not expired:
+            return session
+        pod = None
+    failure = None
+    if pod is None and not expired:
+        failure = _creation_failure(session)
+    decision = decide_start(session, pod, expired=expired, failure=failure)
+    if decision.state == SessionState.STARTING:
+        return session
+    fields: dict[str, Any] = {"pod": decision.pod, "message": decision.message}
+    if decision.state == SessionState.RUNNING:
+        fields["started_at"] = timezone.now()
+    session_set_state(session, {SessionState.STARTING}, decision.state, **fields)
+    session.refresh_from_db()
+    return session
+
+
+def _creation_failure(session: Session) -> str | None:
+    now = timezone.now()
+    if (now - session.created_at).total_seconds() < CREATION_FAILED_AFTER:
+        return None  # not worth reading the Events yet
+    try:
+        events = events_for(session.namespace, session.name)
+    except ClusterError as exc:
+        logger.warning("session %s: cannot read its events: %s", session.id, exc)
+        return None
+    return creation_failure(events, session.name, session.created_at, now)
+
+
+def session_wait(*, session: Session, seconds: float, closing: bool = False) -> Session:
+    """Observe until the session leaves starting (or closing, with closing=True), at most `seconds`."""
+    waiting = SessionState.CLOSING if closing else SessionState.STARTING
+    observe = session_close_observe if closing else session_observe
+    deadline = time.monotonic() + max(0.0, seconds)
+    while True:
+        current = observe(session_id=session.pk) or session
+        left = deadline - time.monotonic()
+        if current.state != waiting or left <= 0:
+            return current
+        time.sleep(min(POLL_SECONDS, left))
+
+
+def session_watch(*, session_id: str, budget_seconds: float, closing: bool = False) -> bool:
+    """The watcher task's body: observe for at most budget_seconds; True when there is nothing left to
+    watch (the task then ends; otherwise it is enqueued again)."""
+    session = Session.objects.filter(pk=session_id).first()
+    if session is None:
+        return True
+    current = session_wait(session=session, seconds=budget_seconds, closing=closing)
+    return current.state != (SessionState.CLOSING if closing else SessionState.STARTING)
+
+
+def session_close(*, actor: User, session: Session) -> Session:
+    """Close: delete the TrainJob (and its runtime copy); the session is closed once its pods are gone.
+    Idempotent: closing a closing or closed session changes nothing."""
+    now = timezone.now()
+    with transaction.atomic():
+        moved = session_set_state(
+            session,
+            SESSION_NAME_HOLDERS - {SessionState.CLOSING},
+            SessionState.CLOSING,
+            closing_at=now,
+            message=f"closed by {actor.get_username()}",
+        )
+        if moved:
+            audit_record(
+                actor=actor,
+                action="session.close",
+                object_type="session",
+                object_id=session.id,
+                details={"trainjob": f"{session.namespace}/{session.name}"},
+            )
+            transaction.on_commit(
+                enqueue.on_commit_send(enqueue.SESSION_CLOSE_WATCH, session.pk), robust=True
+            )
+    current = session_close_observe(session_id=session.pk) if moved else None
+    if current is None:
+        session.refresh_from_db()
+        return session
+    return current
+
+
+def _delete_objects(session: Session, label_domain: str) -> tuple[bool, bool]:
+    """Delete the session's TrainJob, and its runtime copy once the TrainJob is gone (the Trainer's webhook
+    refuses to let go of a TrainJob whose runtime is gone first; the garbage collector usually takes the
+    copy with its owner). Only objects labelled with this session's id are touched. Returns whether the
+    TrainJob and the copy were still there."""
+    trainjob = gateway.get_namespaced(TRAINJOB, session.namespace, session.name)
+    has_job = trainjob is not None and is_ours(trainjob, label_domain, session.id)
+    if has_job and trainjob is not None and not (trainjob.get("metadata") or {}).get("deletionTimestamp"):
+        gateway.delete_namespaced(TRAINJOB, session.namespace, session.name)
+    copy = gateway.get_namespaced(TRAINING_RUNTIME, session.namespace, session.name)
+    has_copy = copy is not None and is_ours(copy, label_domain, session.id)
+    if has_copy and not has_job:
+        gateway.delete_namespaced(TRAINING_RUNTIME, session.namespace, session.name)
+    return has_job, has_copy
+
+
+def session_close_observe(*, session_id: str) -> Session | None:
+    """One step of closing: delete what is still there, then closed once the TrainJob, its copy and its
+    pods are gone; after the close timeout, closed with a warning naming the pods that outlived it."""
+    session = Session.objects.filter(pk=session_id).first()
+    if session is None or session.state != SessionState.CLOSING:
+        return session
+    label_domain = SiteSettings.load().label_domain
+    try:
+        trainjob, copy = _delete_objects(session, label_domain)
+        left = pods.list_pods(session.namespace, f"{label_domain}/job={session.id}")
+    except ClusterError as exc:
+        logger.warning("session %s: closing: %s", session.id, exc)
+        return session
+    now = timezone.now()
+    if not trainjob and not copy and not left:
+        session_set_state(session, {SessionState.CLOSING}, SessionState.CLOSED, closed_at=now)
+    elif session.closing_at and now >= session.closing_at + timedelta(
+        seconds=settings.SESSION_CLOSE_TIMEOUT_SECONDS
+    ):
+        still = ", ".join(p.name for p in left) or "none"
+        warning = (
+            f"{len(left)} pod(s) of TrainJob {session.namespace}/{session.name} still existed "
+            f"{settings.SESSION_CLOSE_TIMEOUT_SECONDS}s after close ({still}); the TrainJob was deleted, "
+            "so the garbage collector removes them"
+        )
+        session_set_state(
+            session, {SessionState.CLOSING}, SessionState.CLOSED, closed_at=now, warning=warning
+        )
+    session.refresh_from_db()
+    return session

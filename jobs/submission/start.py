@@ -1,0 +1,239 @@
+"""Start one execution: claim it, judge the runtime again, create the TrainingRuntime copy and the TrainJob on
+it, and record the start; a refusal or an admission denial at start ends the job with its reason."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from django.db import transaction
+from django.utils import timezone
+
+from cluster.errors import ClusterError, NotFound, Rejected
+from dispatch_site.audit import audit_record
+from dispatch_site.causes import Cause
+from jobs.models import Execution, Job, JobState
+from jobs.objects import (
+    TRAINING_RUNTIME,
+    _copy_not_seen_yet,
+    create_or_adopt,
+    create_trainjob_on_copy,
+    own_copy,
+)
+from jobs.plan import Plan
+from jobs.spec import JobSpec
+from jobs.submission.cancel import execution_objects_delete
+from jobs.submission.claim import (
+    STARTABLE,
+    claim_hold,
+    execution_claim,
+    is_startable,
+    job_event,
+    job_transition,
+    locked_job_and_execution,
+)
+from jobs.submission.errors import TransientSubmitError
+from jobs.submission.planning import job_plan
+from runtimes.models import SiteSettings
+
+logger = logging.getLogger(__name__)
+
+
+def execution_submit(*, execution_id: int, holder: str | None = None, retry_in: float = 0.0) -> None:
+    """Start one execution: claim it, re-check the runtime, create the TrainingRuntime copy, then the TrainJob
+    on it, then make the TrainJob the copy's owner. Idempotent; raises TransientSubmitError to be retried
+    (after `retry_in` seconds, through which this chain, `holder`, keeps its claim)."""
+    holder = holder or f"call-{uuid.uuid4().hex}"
+    claimed = execution_claim(execution_id, holder)
+    if claimed is None:
+        return  # a duplicate delivery, cancelled meanwhile, or another delivery is starting it
+    job, execution = claimed
+    spec = JobSpec.from_dict(job.spec)
+    site = SiteSettings.load()
+    label_domain = job.label_domain or site.label_domain
+    try:
+        # The runtime may have changed since the plan: judge it again and build from what is judged now.
+        plan, runtime = job_plan(
+            user=job.owner,
+            spec=spec,
+            job_id=job.id,
+            attempt=execution.attempt,
+            site=site,
+            stored_runtime=job.runtime_snapshot if execution.attempt > 1 else None,
+        )
+        if plan.refused:
+            _refuse_at_start(job, execution, plan, holder)
+            return
+        assert plan.training_runtime is not None and plan.train_job is not None
+        copy = create_or_adopt(TRAINING_RUNTIME, plan.training_runtime, label_domain, job.id)
+        try:
+            trainjob = create_trainjob_on_copy(plan.train_job, label_domain, job.id)
+        except Rejected as exc:
+            if _copy_not_seen_yet(exc):  # still unseen after the waits: the task retries later
+                raise TransientSubmitError(str(exc)) from exc
+            raise
+        own_copy(copy, trainjob)
+    except TransientSubmitError:
+        claim_hold(execution.pk, holder, retry_in)
+        raise
+    except Rejected as exc:
+        _fail_config(job, execution, exc, holder)
+        return
+    except NotFound as exc:
+        # The namespace does not exist (or vanished): nothing to retry.
+        _fail_config(job, execution, exc, holder)
+        return
+    except ClusterError as exc:
+        if exc.transient:
+            claim_hold(execution.pk, holder, retry_in)
+            raise TransientSubmitError(str(exc)) from exc
+        _fail_config(job, execution, exc, holder)
+        return
+
+    now = timezone.now()
+    # The job shows the identity warnings of the runtime that actually ran: the one judged just now.
+    warnings = list(plan.identity_warnings)
+    moved = False
+    with transaction.atomic():
+        locked = locked_job_and_execution(execution.pk)
+        current = locked[0] if locked else None
+        if locked is not None and is_startable(*locked) and locked[1].claim_holder == holder:
+            job = locked[0]
+            Execution.objects.filter(pk=execution.pk).update(
+                state=JobState.QUEUED, submitted_at=now, claim_holder="", claim_until=None
+            )
+            moved = job_transition(
+                job,
+                STARTABLE,
+                JobState.QUEUED,
+                current_attempt=execution.attempt,
+                plan=plan.to_dict(),
+                runtime_snapshot=runtime.body if runtime else None,
+                identity_warnings=warnings,
+                last_known_state="",
+                unknown_since=None,
+                message=f"TrainJob {job.namespace}/{execution.trainjob_name} created",
+            )
+            if not moved:  # impossible under the locks; never leave the execution ahead of its job
+                raise RuntimeError(f"job {job.id} changed under its row lock")
+            if warnings != list(job.identity_warnings or []):
+                job_event(
+                    job,
+                    "identity-warnings",
+                    _warnings_changed(warnings),
+                    execution.attempt,
+                    before=list(job.identity_warnings or []),
+                    after=warnings,
+                )
+            job_event(
+                job,
+                "created",
+                f"created TrainJob {job.namespace}/{execution.trainjob_name}",
+                execution.attempt,
+            )
+    if not moved and current is not None and current.state == JobState.CANCELLED:
+        # Cancelled while we were creating (its delete may have run before our create): take down what we
+        # just made. Any other reason (another delivery took over after our lease ran out) leaves it alone.
+        execution_objects_delete(current, execution)
+
+
+def _warnings_changed(warnings: list[str]) -> str:
+    if not warnings:
+        return "judged at start, the runtime no longer gives the identity warning shown at submission"
+    return "judged at start, the runtime gives identity warnings: " + "; ".join(warnings)
+
+
+def _refuse_at_start(job: Job, execution: Execution, plan: Plan, holder: str) -> None:
+    reasons = [r.to_dict() for r in plan.reasons if not r.waived]
+    now = timezone.now()
+    with transaction.atomic():
+        locked = locked_job_and_execution(execution.pk)
+        if locked is None or not is_startable(*locked) or locked[1].claim_holder != holder:
+            return
+        job = locked[0]
+        job_transition(
+            job,
+            STARTABLE,
+            JobState.REFUSED,
+            reasons=reasons,
+            plan=plan.to_dict(),
+            message="refused at start: " + ", ".join(r["code"] for r in reasons),
+        )
+        Execution.objects.filter(pk=execution.pk).update(
+            state=JobState.REFUSED,
+            finished_at=now,
+            claim_holder="",
+            claim_until=None,
+            delete_requested_at=now,
+        )
+        job_event(
+            job,
+            "refused",
+            "the runtime broke a rule between plan and start",
+            execution.attempt,
+            reasons=reasons,
+        )
+        audit_record(
+            actor=None,
+            action="job.refuse",
+            object_type="job",
+            object_id=job.id,
+            details={"codes": [r["code"] for r in reasons], "at": "start"},
+        )
+    # An earlier delivery of this execution may have created the copy and the TrainJob: take them down
+    # (the sweep finishes it when the cluster cannot be reached now).
+    execution_objects_delete(job, execution)
+
+
+def _fail_config(job: Job, execution: Execution, exc: ClusterError, holder: str) -> None:
+    message = f"{exc.target}: {exc.message}"
+    now = timezone.now()
+    with transaction.atomic():
+        locked = locked_job_and_execution(execution.pk)
+        if locked is None or not is_startable(*locked) or locked[1].claim_holder != holder:
+            return
+        job = locked[0]
+        job_transition(
+            job,
+            STARTABLE,
+            JobState.FAILED,
+            cause=Cause.CONFIG_ERROR,
+            message=message,
+            evidence=[{"object": exc.target, "field": f"HTTP {exc.status}", "value": exc.message}],
+        )
+        Execution.objects.filter(pk=execution.pk).update(
+            state=JobState.FAILED,
+            cause=Cause.CONFIG_ERROR,
+            message=message,
+            finished_at=now,
+            claim_holder="",
+            claim_until=None,
+            delete_requested_at=now,
+        )
+        job_event(job, "failed", message, execution.attempt, cause=Cause.CONFIG_ERROR)
+    # A TrainJob rejected after its runtime copy was created leaves the copy without an owner.
+    execution_objects_delete(job, execution)
+
+
+def execution_give_up(*, execution_id: int, error: str, holder: str) -> None:
+    """This chain's transient retries are exhausted: the job is `unknown` (last known state pending, since
+    now) and the claim is released, so the sweep starts the execution again once the cluster answers."""
+    now = timezone.now()
+    with transaction.atomic():
+        locked = locked_job_and_execution(execution_id)
+        if locked is None:
+            return
+        job, execution = locked
+        if not is_startable(job, execution) or execution.claim_holder != holder:
+            return  # another chain holds it, or it moved on
+        Execution.objects.filter(pk=execution.pk).update(claim_holder="", claim_until=None)
+        if job.state == JobState.PENDING:
+            job_transition(
+                job,
+                {JobState.PENDING},
+                JobState.UNKNOWN,
+                last_known_state=JobState.PENDING,
+                unknown_since=now,
+                message=f"could not reach the cluster: {error}",
+            )
+            job_event(job, "unknown", f"submission retries exhausted: {error}", execution.attempt)

@@ -1,0 +1,129 @@
+"""What the benchmark scripts share: the repository, the bench's Redis database and namespace, a Django setup
+for the bench user, wrk, and small helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+PY = Path(sys.executable)
+DURATION = os.environ.get("BENCH_DURATION", "10s")
+CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "8"))
+# One sync worker per core measured best here (more workers or threads only contend for the 2 cores).
+GUNICORN_WORKERS = int(os.environ.get("BENCH_WORKERS", str(os.cpu_count() or 2)))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
+GUNICORN_THREADS = int(os.environ.get("BENCH_THREADS", "1"))
+BENCH_REDIS_DB = 2  # the bench's own Redis database, flushed afterwards
+BENCH_NAMESPACE = "bench"
+
+
+def log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cluster_kubeconfig() -> str:
+    if os.environ.get("KUBECONFIG"):
+        return os.environ["KUBECONFIG"]
+    log("starting the local control plane (scripts/cluster up) ...")
+    up = subprocess.run(
+        [str(REPO / "scripts" / "cluster"), "up"], capture_output=True, text=True, check=False
+    )
+    if up.returncode != 0:
+        sys.exit(f"scripts/cluster up failed:\n{up.stderr[-3000:]}")
+    return up.stdout.strip().splitlines()[-1]
+
+
+def redis_url() -> str:
+    base = os.environ.get("REDIS_URL", "redis://127.0.0.1:26379/1")
+    return re.sub(r"/\d+$", "", base) + f"/{BENCH_REDIS_DB}"
+
+
+def setup_django(env: dict[str, str]) -> str:
+    """Migrate, create the bench user, allow-list dispatch-kind; return the user's token."""
+    os.environ.update(env)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dispatch_site.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from django.contrib.auth.models import User
+
+    from dispatch_site import roles
+    from dispatch_site.services import user_create
+    from runtimes.models import AllowListEntry
+
+    User.objects.filter(username="bench").delete()
+    _, token = user_create(username="bench", role=roles.USER, namespaces=[BENCH_NAMESPACE])
+    AllowListEntry.objects.get_or_create(kind="ClusterTrainingRuntime", namespace="", name="dispatch-kind")
+    return token
+
+
+def cleanup_django() -> int:
+    from django.contrib.auth.models import User
+
+    from dispatch_site.models import AuditEvent
+    from jobs.models import Job
+
+    user = User.objects.get(username="bench")
+    count, _ = Job.objects.filter(owner=user).delete()
+    AuditEvent.objects.filter(actor_name="bench").delete()
+    user.delete()
+    return count
+
+
+def wrk(url: str, token: str, body: dict[str, Any] | None = None) -> dict[str, float]:
+    script = f"""
+wrk.headers["Authorization"] = "Token {token}"
+wrk.headers["Content-Type"] = "application/json"
+{"wrk.method = 'POST'" if body is not None else ""}
+{"wrk.body = " + json.dumps(json.dumps(body)) if body is not None else ""}
+"""
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as lua:
+        lua.write(script)
+    result = subprocess.run(
+        ["wrk", "-t", "2", "-c", str(CONNECTIONS), "-d", DURATION, "--latency", "-s", lua.name, url],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    Path(lua.name).unlink()
+    out = result.stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
+    p99_ms = 0.0
+    if p99:
+        p99_ms = float(p99.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[p99.group(2)]
+    return {"rps": rps, "requests": total, "non_2xx": int(bad.group(1)) if bad else 0, "p99_ms": p99_ms}
+
+
+def wait_http(url: str, timeout: float = 30) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.2)
+    sys.exit(f"server did not answer {url}")

@@ -1,0 +1,285 @@
+"""The admission guard (deploy/guard: ValidatingAdmissionPolicies) on the real API server.
+
+A plain user with RBAC rights to edit Trainer objects (as a team's developers often have) is still denied,
+with a message saying what to do instead; dispatch, running with its ServiceAccount's token, still starts
+and cancels jobs; and the controllers still run a job to Complete and clean up after a cancel.
+
+In this local cluster every controller (Trainer, JobSet, garbage collector, namespace controller) runs with
+the admin certificate, so the guard's exemptUsers get that one identity, as an installation lists its
+controllers' identities (deploy/guard/policies.yaml). The plain user is the impersonated ``alice``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+from django.contrib.auth.models import User
+from rest_framework.test import APIClient
+
+from jobs.models import Job, JobState
+from tests.support.deploy import (
+    DISPATCH_NAMESPACE,
+    MANAGED_LABEL,
+    DispatchServiceAccount,
+    apply,
+    kubectl,
+    select,
+    whoami,
+)
+from tests.support.dispatch import DISPATCH_KIND, GROUP, VERSION, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db]
+
+GUARD_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+ALICE = "alice"
+SUBMIT_HINT = "submit through dispatch: POST /api/v1/jobs"
+
+
+def _trainjob(namespace: str, name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": {"runtimeRef": {"name": "dispatch-kind"}, "trainer": {"numNodes": 1}},
+    }
+
+
+def _as_alice(kubeconfig: str, *args: str, stdin: str | None = None) -> Any:
+    return kubectl(f"--as={ALICE}", *args, kubeconfig=kubeconfig, stdin=stdin, check=False)
+
+
+@pytest.fixture(scope="module")
+def guard(
+    kubeconfig: str, example_manifests: list[dict[str, Any]], dispatch_serviceaccount: DispatchServiceAccount
+) -> Iterator[None]:
+    """The example overlay's policies and bindings, the local controllers' identity added to exemptUsers."""
+    controllers = whoami(kubeconfig)
+    objects = yaml.safe_load(yaml.safe_dump(select(example_manifests, *GUARD_KINDS)))
+    for policy in select(objects, "ValidatingAdmissionPolicy"):
+        for variable in policy["spec"]["variables"]:
+            if variable["name"] == "dispatch":
+                assert DISPATCH_NAMESPACE in variable["expression"]
+            if variable["name"] == "exemptUsers":
+                variable["expression"] += f" + [{controllers!r}]"
+    apply(objects, kubeconfig)
+    try:
+        yield
+    finally:
+        for obj in reversed(objects):
+            kubectl(
+                "delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", kubeconfig=kubeconfig
+            )
+
+
+@pytest.fixture
+def managed_namespace(
+    kube: Any, kubeconfig: str, namespace: str, guard: None, dispatch_serviceaccount: DispatchServiceAccount
+) -> str:
+    """The test namespace under the guard: labelled managed, granted to dispatch, and alice may edit Trainer
+    objects in it by RBAC (so a denial can only come from the guard)."""
+    kube.core.patch_namespace(namespace, {"metadata": {"labels": dict([MANAGED_LABEL])}})
+    dispatch_serviceaccount.grant(namespace)
+    _grant_alice(kubeconfig, namespace)
+    # Policies reach the API server's admission through an informer: wait until the guard answers.
+    wait_for(
+        lambda: SUBMIT_HINT in _as_alice(
+            kubeconfig, "create", "--dry-run=server", "-f", "-",
+            stdin=json.dumps(_trainjob(namespace, "probe")),
+        ).stderr,
+        timeout=60, what="the admission guard to be active in the managed namespace",
+    )  # fmt: skip
+    return namespace
+
+
+def _grant_alice(kubeconfig: str, namespace: str) -> None:
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "trainer-editor", "namespace": namespace},
+        "rules": [
+            {
+                "apiGroups": [GROUP],
+                "resources": ["trainjobs", "trainingruntimes"],
+                "verbs": ["get", "list", "create", "update", "patch", "delete"],
+            }
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "trainer-editor", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "trainer-editor"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": ALICE}],
+    }
+    apply([role, binding], kubeconfig)
+
+
+@pytest.fixture
+def on_serviceaccount(
+    settings: Any, dispatch_serviceaccount: DispatchServiceAccount, dispatch_on_cluster: str
+) -> DispatchServiceAccount:
+    """dispatch talks to the API server with its ServiceAccount's token, whatever the environment says."""
+    settings.KUBECONFIG = dispatch_serviceaccount.kubeconfig
+    assert whoami(settings.KUBECONFIG) == dispatch_serviceaccount.username
+    return dispatch_serviceaccount
+
+
+def _api(token: str) -> APIClient:
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return api
+
+
+def _start(namespace: str, token: str, capture: Callable[..., Any], env: dict[str, str] | None = None) -> str:
+    from runtimes.models import AllowListEntry
+
+    AllowListEntry.objects.get_or_create(kind="ClusterTrainingRuntime", name="dispatch-kind", for_jobs=True)
+    body = {
+        "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+        "namespace": namespace,
+        "image": "localhost/trainer:v1",
+        "num_nodes": 1,
+        "env": env or {},
+    }
+    with capture(execute=True):
+        response = _api(token).post("/api/v1/jobs", body, format="json")
+    assert response.status_code == 202, response.json()
+    job = Job.objects.get(pk=response.json()["id"])
+    assert job.state == JobState.QUEUED, job.message
+    return str(job.id)
+
+
+def _names(kube: Any, namespace: str, plural: str) -> list[str]:
+    items = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)["items"]
+    return sorted(i["metadata"]["name"] for i in items)
+
+
+def test_a_plain_user_cannot_create_a_trainjob_in_a_managed_namespace(
+    kube: Any, kubeconfig: str, managed_namespace: str, namespace: str
+) -> None:
+    result = _as_alice(
+        kubeconfig, "create", "-f", "-", stdin=json.dumps(_trainjob(managed_namespace, "mine"))
+    )
+    assert result.returncode != 0
+    assert "dispatch-trainjobs-through-dispatch" in result.stderr
+    assert (
+        f"TrainJobs in namespace {managed_namespace} are created by dispatch only, not by alice"
+        in result.stderr
+    )
+    assert SUBMIT_HINT in result.stderr
+    assert _names(kube, managed_namespace, "trainjobs") == []
+
+
+def test_the_same_user_may_create_one_where_the_namespace_is_not_managed(
+    kube: Any, kubeconfig: str, guard: None
+) -> None:
+    """Control for the test above: alice's RBAC allows the create; only the managed label brings the guard."""
+    ns = f"t-unmanaged-{uuid.uuid4().hex[:6]}"
+    kube.core.create_namespace({"metadata": {"name": ns}})
+    try:
+        _grant_alice(kubeconfig, ns)
+        result = _as_alice(
+            kubeconfig, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(_trainjob(ns, "mine"))
+        )
+        assert result.returncode == 0, result.stderr
+    finally:
+        kube.core.delete_namespace(ns, propagation_policy="Background")
+
+
+def test_dispatch_starts_a_job_that_runs_to_complete_and_a_plain_user_cannot_touch_its_objects(
+    kube: Any,
+    kubeconfig: str,
+    managed_namespace: str,
+    on_serviceaccount: DispatchServiceAccount,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    job_id = _start(managed_namespace, submitter[1], django_capture_on_commit_callbacks)
+    name = f"{job_id}-1"
+    assert _names(kube, managed_namespace, "trainjobs") == [name]
+
+    # The Trainer, JobSet and Job controllers still take it to the end (status updates are not guarded).
+    def complete() -> bool:
+        tj = kube.custom.get_namespaced_custom_object(GROUP, VERSION, managed_namespace, "trainjobs", name)
+        return any(
+            c["type"] == "Complete" and c["status"] == "True"
+            for c in tj.get("status", {}).get("conditions", [])
+        )
+
+    wait_for(complete, timeout=120, what="the TrainJob to be Complete")
+
+    patch = json.dumps({"spec": {"template": {"spec": {"replicatedJobs": []}}}})
+    result = _as_alice(
+        kubeconfig, "patch", "trainingruntime", name, "-n", managed_namespace, "--type=merge", "-p", patch
+    )
+    assert result.returncode != 0
+    assert "dispatch-managed-objects" in result.stderr
+    assert (
+        f"TrainingRuntime {managed_namespace}/{name} is managed by dispatch and only dispatch may update it"
+        in (result.stderr)
+    )
+    assert "submit through dispatch: POST /api/v1/jobs" in result.stderr
+
+    unlabel = _as_alice(
+        kubeconfig, "label", "trainingruntime", name, "-n", managed_namespace, "app.kubernetes.io/managed-by-"
+    )
+    assert unlabel.returncode != 0 and "dispatch-managed-objects" in unlabel.stderr
+
+    delete = _as_alice(kubeconfig, "delete", "trainjob", name, "-n", managed_namespace, "--wait=false")
+    assert delete.returncode != 0
+    assert "only dispatch may delete it" in delete.stderr
+    assert "POST /api/v1/jobs/{id}/cancel" in delete.stderr
+
+    runtime_copy = kube.custom.get_namespaced_custom_object(
+        GROUP, VERSION, managed_namespace, "trainingruntimes", name
+    )
+    assert runtime_copy["spec"]["template"]["spec"]["replicatedJobs"] != []
+    assert runtime_copy["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "dispatch"
+    assert _names(kube, managed_namespace, "trainjobs") == [name]
+
+
+def test_dispatch_cancels_and_the_garbage_collector_removes_the_copy(
+    kube: Any,
+    managed_namespace: str,
+    on_serviceaccount: DispatchServiceAccount,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    job_id = _start(
+        managed_namespace, submitter[1], django_capture_on_commit_callbacks, {"KWOK_STAY_RUNNING": "1"}
+    )
+    name = f"{job_id}-1"
+    with django_capture_on_commit_callbacks(execute=True):
+        response = _api(submitter[1]).post(f"/api/v1/jobs/{job_id}/cancel")
+    assert response.status_code == 202, response.json()
+    assert Job.objects.get(pk=job_id).state == JobState.CANCELLED
+    wait_for(lambda: name not in _names(kube, managed_namespace, "trainjobs"), what="the TrainJob deleted")
+    wait_for(lambda: name not in _names(kube, managed_namespace, "trainingruntimes"), what="the copy deleted")
+    wait_for(
+        lambda: (
+            not kube.core.list_namespaced_pod(
+                managed_namespace, label_selector=f"dispatch.dev/job={job_id}"
+            ).items
+        ),
+        what="the pods deleted",
+    )
+
+
+def test_nobody_but_dispatch_creates_objects_with_dispatchs_label(
+    kube: Any, kubeconfig: str, managed_namespace: str
+) -> None:
+    runtime = copy.deepcopy(DISPATCH_KIND)
+    runtime["kind"] = "TrainingRuntime"
+    runtime["metadata"] = {"name": "forged", "namespace": managed_namespace}
+    plain = _as_alice(kubeconfig, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(runtime))
+    assert plain.returncode == 0, plain.stderr  # her own runtimes are hers to manage
+    runtime["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "dispatch"}
+    forged = _as_alice(kubeconfig, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(runtime))
+    assert forged.returncode != 0
+    assert "only dispatch may create it" in forged.stderr

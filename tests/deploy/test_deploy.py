@@ -1,0 +1,398 @@
+"""deploy/ against the real API server: the example overlay is accepted, the workloads come up (KWOK runs
+their pods) under the restricted Pod Security Standard and scale, and dispatch's ServiceAccount may do what
+dispatch does and nothing else (SelfSubjectAccessReviews with the account's own token)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tests.support.deploy import (
+    DISPATCH_NAMESPACE,
+    EXAMPLE_OVERLAY,
+    REPO,
+    DispatchServiceAccount,
+    kubectl,
+    select,
+)
+from tests.support.dispatch import wait_for
+
+pytestmark = [pytest.mark.cluster]
+
+BASE = REPO / "deploy" / "base"
+DEPLOYMENTS = {"dispatch-web": 2, "dispatch-worker": 2, "dispatch-beat": 1, "dispatch-supervisor": 1}
+
+
+@pytest.fixture
+def example_namespaces(kube: Any, example_manifests: list[dict[str, Any]]) -> Iterator[None]:
+    """The overlay's namespaces must exist for a server-side dry run of what goes into them (a dry run
+    creates nothing, the Namespace objects included); the ones made here are deleted afterwards."""
+    made = []
+    for ns in select(example_manifests, "Namespace"):
+        name = ns["metadata"]["name"]
+        try:
+            kube.core.read_namespace(name)
+        except ApiException as exc:
+            assert exc.status == 404
+            kube.core.create_namespace({"metadata": {"name": name}})
+            made.append(name)
+    yield
+    for name in made:
+        if name != DISPATCH_NAMESPACE:  # the ServiceAccount fixture may be using it
+            kube.core.delete_namespace(name, propagation_policy="Background")
+
+
+def test_the_example_overlay_is_accepted_by_a_server_side_dry_run(
+    kubeconfig: str, example_manifests: list[dict[str, Any]], example_namespaces: None
+) -> None:
+    result = kubectl(
+        "apply", "--dry-run=server", "-k", str(EXAMPLE_OVERLAY), kubeconfig=kubeconfig, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    kinds = {o["kind"] for o in example_manifests}
+    assert {
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "Job",
+        "ServiceAccount",
+        "ConfigMap",
+        "Secret",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "RoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    } <= kinds
+    for line in result.stdout.splitlines():
+        assert line.endswith("(server dry run)"), line
+
+
+def test_the_overlay_points_the_guard_and_the_bindings_at_dispatchs_namespace(
+    example_manifests: list[dict[str, Any]],
+) -> None:
+    for policy in select(example_manifests, "ValidatingAdmissionPolicy"):
+        [dispatch] = [v for v in policy["spec"]["variables"] if v["name"] == "dispatch"]
+        assert dispatch["expression"] == f"'system:serviceaccount:{DISPATCH_NAMESPACE}:dispatch'"
+        assert "namespace" not in policy["metadata"]
+    for binding in select(example_manifests, "RoleBinding", "ClusterRoleBinding"):
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "dispatch", "namespace": DISPATCH_NAMESPACE}
+        ]
+    grants = {b["metadata"]["namespace"] for b in select(example_manifests, "RoleBinding")}
+    assert grants == {"team-a", "team-b"}
+    [job] = select(example_manifests, "Job")
+    assert job["metadata"]["name"] == "dispatch-migrate-0-1-0"
+    assert job["metadata"]["namespace"] == DISPATCH_NAMESPACE
+
+
+def _available(kube: Any, namespace: str, name: str, replicas: int) -> bool:
+    apps: Any = client.AppsV1Api(kube.api_client)
+    status = apps.read_namespaced_deployment(name, namespace).status
+    available = any(c.type == "Available" and c.status == "True" for c in status.conditions or [])
+    return bool(
+        available
+        and status.available_replicas == replicas
+        and status.updated_replicas == replicas
+        and status.replicas == replicas
+    )
+
+
+def _pods(kube: Any, namespace: str, component: str) -> list[Any]:
+    pods: list[Any] = kube.core.list_namespaced_pod(
+        namespace, label_selector=f"app.kubernetes.io/component={component}"
+    ).items
+    return pods
+
+
+def test_the_workloads_become_available_under_restricted_pod_security_and_scale(
+    kube: Any, kubeconfig: str, namespace: str, tmp_path: Path
+) -> None:
+    # The restricted standard is enforced: a pod without the security contexts would be refused.
+    kube.core.patch_namespace(
+        namespace, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    )
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "namespace": namespace,
+                "resources": [os.path.relpath(BASE, overlay)],
+                "secretGenerator": [
+                    {
+                        "name": "dispatch-secrets",
+                        "literals": [
+                            "DATABASE_URL=postgres://dispatch:x@db.invalid:5432/dispatch",
+                            "REDIS_URL=redis://redis.invalid:6379/0",
+                            f"SECRET_KEY={uuid.uuid4().hex}{uuid.uuid4().hex}",
+                        ],
+                    }
+                ],
+                "generatorOptions": {"disableNameSuffixHash": True},
+            }
+        )
+    )
+    result = kubectl("apply", "-k", str(overlay), kubeconfig=kubeconfig, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "Warning" not in result.stderr, result.stderr  # PodSecurity warns on a violating Deployment
+
+    def all_available() -> bool:
+        return all(_available(kube, namespace, name, replicas) for name, replicas in DEPLOYMENTS.items())
+
+    wait_for(all_available, timeout=180, what=f"{', '.join(DEPLOYMENTS)} Available")
+
+    def migrated() -> Any:
+        job = kube.batch.read_namespaced_job("dispatch-migrate", namespace)
+        done = any(c.type == "Complete" and c.status == "True" for c in job.status.conditions or [])
+        return job if done else None
+
+    job = wait_for(migrated, timeout=60, what="the migration Job Complete")
+    assert job.status.succeeded == 1
+    for pod in _pods(kube, namespace, "web"):
+        assert pod.spec.service_account_name == "dispatch"
+        assert pod.status.phase == "Running"
+
+    # Web scales horizontally; its PodDisruptionBudget keeps one serving.
+    kubectl("scale", "deployment/dispatch-web", "--replicas=3", "-n", namespace, kubeconfig=kubeconfig)
+    wait_for(lambda: _available(kube, namespace, "dispatch-web", 3), timeout=120, what="three web replicas")
+    policy: Any = client.PolicyV1Api(kube.api_client)
+
+    def budget_counts_three() -> bool:
+        status = policy.read_namespaced_pod_disruption_budget("dispatch-web", namespace).status
+        return bool(status.current_healthy == 3 and status.disruptions_allowed == 2)
+
+    wait_for(
+        budget_counts_three,
+        timeout=60,
+        what="the PDB to count three healthy web pods, two of which may be disrupted",
+    )
+
+
+def test_beat_is_replaced_without_ever_running_twice(
+    kube: Any, kubeconfig: str, namespace: str, tmp_path: Path
+) -> None:
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "namespace": namespace,
+                "resources": [os.path.relpath(BASE, overlay)],
+                "secretGenerator": [
+                    {"name": "dispatch-secrets", "literals": [f"SECRET_KEY={uuid.uuid4().hex}"]}
+                ],
+            }
+        )
+    )
+    kubectl("apply", "-k", str(overlay), kubeconfig=kubeconfig)
+    wait_for(lambda: _available(kube, namespace, "dispatch-beat", 1), timeout=120, what="beat Available")
+    [first] = _pods(kube, namespace, "beat")
+
+    kubectl("rollout", "restart", "deployment/dispatch-beat", "-n", namespace, kubeconfig=kubeconfig)
+    most, seen = 0, set()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pods = _pods(kube, namespace, "beat")
+        most = max(most, len(pods))
+        seen |= {p.metadata.name for p in pods}
+        running = [p.metadata.name for p in pods if p.status.phase == "Running"]
+        if running not in ([], [first.metadata.name]) and _available(kube, namespace, "dispatch-beat", 1):
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("beat was not replaced within 120 s")
+    assert len(seen) == 2, seen  # the old pod and its replacement
+    assert most == 1, "two beat pods existed at once"
+
+
+# ------------------------------------------------------- least privilege, with the account's own token
+
+
+def _can(account: DispatchServiceAccount, *args: str) -> bool:
+    result = kubectl("auth", "can-i", *args, kubeconfig=account.kubeconfig, check=False)
+    assert result.stdout.strip() in ("yes", "no"), result.stderr
+    return result.stdout.strip() == "yes"
+
+
+@pytest.fixture
+def granted(dispatch_serviceaccount: DispatchServiceAccount, namespace: str) -> str:
+    dispatch_serviceaccount.grant(namespace)
+    return namespace
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("create", "trainjobs.trainer.kubeflow.org"),
+        ("patch", "trainingruntimes.trainer.kubeflow.org"),
+        ("delete", "trainjobs.trainer.kubeflow.org"),
+        ("watch", "jobsets.jobset.x-k8s.io"),
+        ("list", "jobs.batch"),
+        ("list", "pods"),
+        ("get", "pods", "--subresource=log"),
+        ("create", "pods", "--subresource=exec"),
+        ("get", "pods", "--subresource=exec"),
+        ("list", "events"),
+    ],
+)
+def test_the_account_may_do_what_dispatch_does_in_a_granted_namespace(
+    dispatch_serviceaccount: DispatchServiceAccount, granted: str, args: tuple[str, ...]
+) -> None:
+    assert _can(dispatch_serviceaccount, *args, "-n", granted)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("list", "clustertrainingruntimes.trainer.kubeflow.org"),
+        ("list", "trainingruntimes.trainer.kubeflow.org", "--all-namespaces"),
+        ("list", "trainjobs.trainer.kubeflow.org", "--all-namespaces"),
+        ("list", "jobsets.jobset.x-k8s.io", "--all-namespaces"),
+        ("list", "jobs.batch", "--all-namespaces"),
+        ("watch", "pods", "--all-namespaces"),
+        ("watch", "nodes"),
+        ("watch", "events", "--all-namespaces"),
+    ],
+)
+def test_the_account_may_read_cluster_wide_what_supervision_needs(
+    dispatch_serviceaccount: DispatchServiceAccount, args: tuple[str, ...]
+) -> None:
+    assert _can(dispatch_serviceaccount, *args)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("get", "secrets"),
+        ("list", "secrets"),
+        ("delete", "pods"),
+        ("create", "pods"),
+        ("patch", "pods"),
+        ("delete", "jobsets.jobset.x-k8s.io"),
+        ("update", "trainjobs.trainer.kubeflow.org", "--subresource=status"),
+        ("create", "configmaps"),
+        ("create", "rolebindings.rbac.authorization.k8s.io"),
+        ("patch", "roles.rbac.authorization.k8s.io"),
+        ("create", "serviceaccounts", "--subresource=token"),
+    ],
+)
+def test_the_account_may_not_touch_anything_else_in_a_granted_namespace(
+    dispatch_serviceaccount: DispatchServiceAccount, granted: str, args: tuple[str, ...]
+) -> None:
+    assert not _can(dispatch_serviceaccount, *args, "-n", granted)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("create", "trainjobs.trainer.kubeflow.org"),
+        ("delete", "trainingruntimes.trainer.kubeflow.org"),
+        ("get", "pods"),
+        ("get", "pods", "--subresource=log"),
+        ("create", "pods", "--subresource=exec"),
+        ("patch", "trainjobs.trainer.kubeflow.org"),
+    ],
+)
+def test_the_account_may_not_touch_a_namespace_it_was_not_granted(
+    dispatch_serviceaccount: DispatchServiceAccount, namespace: str, args: tuple[str, ...]
+) -> None:
+    assert not _can(dispatch_serviceaccount, *args, "-n", namespace)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("get", "secrets", "--all-namespaces"),
+        ("list", "namespaces"),
+        ("create", "clusterroles.rbac.authorization.k8s.io"),
+        ("patch", "clusterrolebindings.rbac.authorization.k8s.io"),
+        ("escalate", "clusterroles.rbac.authorization.k8s.io"),
+        ("bind", "clusterroles.rbac.authorization.k8s.io"),
+        ("impersonate", "users"),
+        ("patch", "nodes"),
+        ("patch", "validatingadmissionpolicies.admissionregistration.k8s.io"),
+        ("delete", "validatingadmissionpolicybindings.admissionregistration.k8s.io"),
+        ("create", "clustertrainingruntimes.trainer.kubeflow.org"),
+    ],
+)
+def test_the_account_may_not_read_secrets_edit_rbac_or_the_guard_cluster_wide(
+    dispatch_serviceaccount: DispatchServiceAccount, args: tuple[str, ...]
+) -> None:
+    assert not _can(dispatch_serviceaccount, *args)
+
+
+def test_the_roles_name_no_wildcards_and_no_secrets(example_manifests: list[dict[str, Any]]) -> None:
+    roles = select(example_manifests, "ClusterRole", "Role")
+    assert {r["metadata"]["name"] for r in roles} == {"dispatch-cluster-reader", "dispatch-jobs"}
+    for role in roles:
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], (role["metadata"]["name"], rule)
+            assert "secrets" not in rule["resources"]
+            assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+
+
+def _readme_rules() -> set[tuple[str, str, str, str]]:
+    """(scope, API group, resource, verb) from the README's "Pointing it at an existing cluster" table."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("### Pointing it at an existing cluster", 1)[1].split("\n#", 1)[0]
+    rules = set()
+    for line in section.splitlines():
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or cells[0] in ("scope", "") or set(cells[0]) <= {"-", " "}:
+            continue
+        scope, group, resources, verbs = cells
+        group = "" if group == "core" else group
+        for resource in re.split(r",\s*", resources):
+            for verb in re.split(r",\s*", verbs):
+                rules.add((scope, group, resource.strip("`"), verb.strip("`")))
+    return rules
+
+
+def test_the_readme_lists_exactly_these_rules(example_manifests: list[dict[str, Any]]) -> None:
+    scopes = {"dispatch-cluster-reader": "cluster", "dispatch-jobs": "job namespaces"}
+    manifest = {
+        (scopes[role["metadata"]["name"]], group, resource, verb)
+        for role in select(example_manifests, "ClusterRole")
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert _readme_rules() == manifest
+
+
+def test_the_token_kubeconfig_is_a_restricted_identity(
+    dispatch_serviceaccount: DispatchServiceAccount, namespace: str
+) -> None:
+    """The API server sees the ServiceAccount (403 for a secret read), and the kubeconfig holds no other
+    credential."""
+    result = kubectl(
+        "get",
+        "secrets",
+        "-n",
+        namespace,
+        "-o",
+        "json",
+        kubeconfig=dispatch_serviceaccount.kubeconfig,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "Forbidden" in result.stderr and dispatch_serviceaccount.username in result.stderr
+    config = yaml.safe_load(Path(dispatch_serviceaccount.kubeconfig).read_text())
+    assert set(config["users"][0]["user"]) == {"token"}

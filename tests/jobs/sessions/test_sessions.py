@@ -1,0 +1,431 @@
+"""Interactive sessions through REST against the real control plane; pods/exec served by KWOK, which runs
+the command on this host (as nobody), so the exit codes, stdout and stderr are real processes'.
+
+The seed's nine end-to-end checks (spec/interactive-sessions.md) on a runtime shaped like mpi-interactive,
+then the open timeout, an already finished trainer pod, a pod that disappears, the refusals and the audit
+rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from kubernetes.client.rest import ApiException
+from rest_framework.test import APIClient
+
+from dispatch_site.models import AuditEvent
+from jobs.models import Session, SessionState
+from jobs.sessions.tasks import session_watch
+from runtimes.models import AllowListEntry
+from tests.support.dispatch import GROUP, VERSION, runtime_body, trainer_job, wait_for
+
+pytestmark = pytest.mark.cluster
+
+ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+RJOB = "jobset.sigs.k8s.io/replicatedjob-name"
+IMAGE = "localhost/dispatch-busybox:kind"
+PROBE = "launcher-probe"  # a container only the launcher pod has: the API server refuses it for any other pod
+
+
+def mpi_interactive(
+    namespace: str, name: str = "mpi-runtime", node_env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The shape of the seed's mpi-interactive runtime: the MPI node replicated job and the launcher (the
+    trainer ancestor, started only once the nodes are Ready; JobSet wants it after the job it depends on),
+    runLauncherAsNode. The nodes run `sleep infinity`
+    where the real runtime runs sshd."""
+    node_container: dict[str, Any] = {"name": "node", "image": IMAGE, "command": ["sleep", "infinity"]}
+    if node_env:
+        node_container["env"] = [{"name": k, "value": v} for k, v in node_env.items()]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainingRuntime",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "mlPolicy": {
+                "numNodes": 3,
+                "mpi": {"numProcPerNode": 1, "mpiImplementation": "OpenMPI", "runLauncherAsNode": True},
+            },
+            "template": {
+                "spec": {
+                    "network": {"publishNotReadyAddresses": True},
+                    "successPolicy": {"operator": "All", "targetReplicatedJobs": ["launcher"]},
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {"spec": {"template": {"spec": {"containers": [node_container]}}}},
+                        },
+                        {
+                            "name": "launcher",
+                            "dependsOn": [{"name": "node", "status": "Ready"}],
+                            "template": {
+                                "metadata": {"labels": {ANCESTOR: "trainer"}},
+                                "spec": {
+                                    "template": {
+                                        "spec": {
+                                            "containers": [
+                                                {"name": "node", "image": IMAGE},
+                                                {
+                                                    "name": PROBE,
+                                                    "image": IMAGE,
+                                                    "command": ["sleep", "infinity"],
+                                                },
+                                            ]
+                                        }
+                                    }
+                                },
+                            },
+                        },
+                    ],
+                }
+            },
+        },
+    }
+
+
+def create_runtime(
+    kube: Any, namespace: str, body: dict[str, Any], *, sessions: bool = True, jobs: bool = False
+) -> str:
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "trainingruntimes", body)
+    name = str(body["metadata"]["name"])
+    if sessions or jobs:
+        AllowListEntry.objects.create(
+            kind="TrainingRuntime", namespace=namespace, name=name, for_jobs=jobs, for_sessions=sessions
+        )
+    return name
+
+
+def plain_runtime(kube: Any, namespace: str, name: str = "plain") -> str:
+    return create_runtime(kube, namespace, runtime_body("TrainingRuntime", name, namespace))
+
+
+@pytest.fixture
+def api(submitter: tuple[User, str]) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {submitter[1]}")
+    return client
+
+
+def open_body(namespace: str, runtime: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "runtime": {"kind": "TrainingRuntime", "name": runtime},
+        "namespace": namespace,
+        "image": IMAGE,
+    } | extra
+
+
+def run(api: APIClient, session_id: str, command: Any, **extra: Any) -> dict[str, Any]:
+    response = api.post(f"/api/v1/sessions/{session_id}/exec", {"command": command} | extra, format="json")
+    assert response.status_code == 200, response.content
+    data: dict[str, Any] = response.json()
+    return data
+
+
+def pods_of(kube: Any, namespace: str, trainjob: str) -> list[Any]:
+    return list(kube.core.list_namespaced_pod(namespace, label_selector=f"{JOBSET_NAME}={trainjob}").items)
+
+
+def trainjob_exists(kube: Any, namespace: str, name: str) -> bool:
+    try:
+        kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+# ---------------------------------------------------------------- the seed's nine checks
+
+
+def test_the_nine_end_to_end_checks_on_an_mpi_interactive_runtime(
+    kube: Any, namespace: str, api: APIClient, submitter: tuple[User, str]
+) -> None:
+    runtime = create_runtime(kube, namespace, mpi_interactive(namespace))
+    body = open_body(namespace, runtime, name="mpi-interactive", num_nodes=3, timeout_seconds=120)
+
+    # 1. Open reaches a Running trainer pod: the launcher, never a node pod.
+    response = api.post("/api/v1/sessions?wait=120", body, format="json")
+    assert response.status_code == 200, response.json()["detail"]
+    session = response.json()
+    assert session["state"] == "running", session["message"]
+    assert (session["state"], session["trainjob_name"], session["container"]) == (
+        "running",
+        "mpi-interactive",
+        "node",
+    )
+    pods = {p.metadata.name: p for p in pods_of(kube, namespace, "mpi-interactive")}
+    launcher = pods[session["pod"]]
+    assert launcher.metadata.labels[RJOB] == "launcher"
+    assert launcher.status.phase == "Running"
+    node_pods = [p for p in pods.values() if p.metadata.labels[RJOB] == "node"]
+    assert len(node_pods) == 2  # runLauncherAsNode: the launcher is the third node
+    assert all(PROBE not in [c.name for c in p.spec.containers] for p in node_pods)
+
+    # 2. The commands run on the launcher pod: its answer names it, and a container only the launcher pod
+    # has answers (the API server refuses an exec naming a container the pod does not have).
+    probe = run(api, session["id"], ["echo", "probe"], container=PROBE)
+    assert (probe["pod"], probe["container"], probe["stdout"], probe["returncode"]) == (
+        launcher.metadata.name,
+        PROBE,
+        "probe\n",
+        0,
+    )
+
+    # 3. A string runs with sh -c: the $(...) substitution happens.
+    assert run(api, session["id"], 'echo "sum=$(expr 40 + 2)"')["stdout"] == "sum=42\n"
+    # A list runs directly: no shell, so nothing is substituted.
+    listed = run(api, session["id"], ["echo", "a  b", "$(expr 1 + 1)"])
+    assert (listed["stdout"], listed["returncode"], listed["pod"]) == (
+        "a  b $(expr 1 + 1)\n",
+        0,
+        launcher.metadata.name,
+    )
+    # 4. An exit code comes back.
+    assert run(api, session["id"], "exit 3")["returncode"] == 3
+    # 5. stderr and exit 1.
+    failed = run(api, session["id"], "echo oops >&2; exit 1")
+    assert (failed["stdout"], failed["stderr"], failed["returncode"]) == ("", "oops\n", 1)
+    # 6. Several commands in one session: all on the same pod, all in the history and the audit log.
+    audits = AuditEvent.objects.filter(action="session.exec", object_id=session["id"]).order_by("at", "id")
+    assert [a.details["returncode"] for a in audits] == [0, 0, 0, 3, 1]
+    assert {a.details["pod"] for a in audits} == {launcher.metadata.name}
+    assert audits[4].actor_name == submitter[0].username
+    assert audits[4].details["command"] == "echo oops >&2; exit 1"
+    assert audits[4].details["pod"] == launcher.metadata.name
+    assert audits[4].details["bytes_out"] == len("oops\n")
+
+    # 7. Close removes the TrainJob and its pods.
+    closed = api.delete(f"/api/v1/sessions/{session['id']}?wait=120")
+    assert closed.status_code == 200, closed.content
+    assert closed.json()["state"] == "closed"
+    assert not trainjob_exists(kube, namespace, "mpi-interactive")
+    assert pods_of(kube, namespace, "mpi-interactive") == []
+    assert api.delete(f"/api/v1/sessions/{session['id']}").json()["state"] == "closed"  # idempotent
+
+    # 8. Execute after close is refused.
+    after = api.post(f"/api/v1/sessions/{session['id']}/exec", {"command": "true"}, format="json")
+    assert after.status_code == 409, after.content
+    assert after.json()["state"] == "closed"
+
+    # 9. A second session with the same name opens right after.
+    again = api.post("/api/v1/sessions?wait=120", body, format="json")
+    assert again.status_code == 200, again.content
+    second = again.json()
+    assert (second["state"], second["trainjob_name"]) == ("running", "mpi-interactive")
+    assert second["id"] != session["id"]
+    assert run(api, second["id"], "echo second session")["stdout"] == "second session\n"
+    assert api.delete(f"/api/v1/sessions/{second['id']}?wait=120").json()["state"] == "closed"
+
+
+# ---------------------------------------------------------------- the other paths
+
+
+def test_open_times_out_without_ever_taking_a_node_pod_and_says_the_trainjob_exists(
+    kube: Any, namespace: str, api: APIClient
+) -> None:
+    # The node pods never get ready (their image cannot be pulled), so the launcher is never created.
+    runtime = create_runtime(
+        kube, namespace, mpi_interactive(namespace, "stuck-runtime", {"KWOK_IMAGE_PULL_ERROR": "1"})
+    )
+    response = api.post(
+        "/api/v1/sessions?wait=30",
+        open_body(namespace, runtime, name="stuck", timeout_seconds=4),
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    session = response.json()
+    assert session["state"] == "failed"
+    assert session["pod"] == ""
+    assert f"TrainJob {namespace}/stuck was created and still exists" in session["message"]
+    assert f"DELETE /api/v1/sessions/{session['id']}" in session["message"]
+    assert "no pod of replicated job 'launcher' exists yet" in session["message"]
+    nodes = [p for p in pods_of(kube, namespace, "stuck") if p.metadata.labels[RJOB] == "node"]
+    assert nodes and all(p.status.phase == "Pending" for p in nodes)
+    assert trainjob_exists(kube, namespace, "stuck")
+    # The failed session still holds the name until it is closed; close deletes the TrainJob.
+    assert (
+        api.post("/api/v1/sessions", open_body(namespace, runtime, name="stuck"), format="json").status_code
+        == 409
+    )
+    assert api.delete(f"/api/v1/sessions/{session['id']}?wait=60").json()["state"] == "closed"
+    assert not trainjob_exists(kube, namespace, "stuck")
+
+
+def test_pods_the_namespace_forbids_fail_the_session_without_waiting_out_its_timeout(
+    kube: Any, namespace: str, api: APIClient
+) -> None:
+    """A LimitRange caps a container at 50m CPU; the runtime's trainer asks for 100m. The API server's
+    LimitRanger admission refuses every pod, so the Job controller reports FailedCreate and retries for ever
+    (measured here: "pods ... is forbidden: maximum cpu usage per Container is 50m, but limit is 100m").
+    The session fails with that message once it has been reported for a while, long before its 300 s."""
+    kube.core.create_namespaced_limit_range(
+        namespace,
+        {
+            "metadata": {"name": "small"},
+            "spec": {"limits": [{"type": "Container", "max": {"cpu": "50m"}}]},
+        },
+    )
+    runtime = plain_runtime(kube, namespace)
+    response = api.post(
+        "/api/v1/sessions?wait=90",
+        open_body(namespace, runtime, name="capped", timeout_seconds=300),
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    session = response.json()
+    assert session["state"] == "failed", session
+    assert "Job capped-node-0 cannot create its pods" in session["message"], session["message"]
+    assert "maximum cpu usage per Container is 50m" in session["message"]
+    assert f"TrainJob {namespace}/capped was created and still exists" in session["message"]
+    assert "within 300s" not in session["message"]  # not the timeout's answer
+    assert api.delete(f"/api/v1/sessions/{session['id']}?wait=60").json()["state"] == "closed"
+
+
+def test_a_trainer_pod_that_already_finished_fails_the_session_with_a_clear_message(
+    kube: Any, namespace: str, api: APIClient
+) -> None:
+    runtime = plain_runtime(kube, namespace)
+    response = api.post(
+        "/api/v1/sessions", open_body(namespace, runtime, num_nodes=1, command=["true"]), format="json"
+    )
+    assert response.status_code == 202, response.content
+    session = response.json()
+    assert session["state"] == "starting"
+    assert session["trainjob_name"] == session["id"]  # no name given: the session id names the TrainJob
+    # The caller's command replaced the keep-alive one: the pod runs `true` and succeeds.
+    pod = wait_for(
+        lambda: next(
+            (p for p in pods_of(kube, namespace, session["id"]) if p.status.phase == "Succeeded"), None
+        ),
+        what="the trainer pod Succeeded",
+    )
+    assert pod.spec.containers[0].command == ["true"]
+    session_watch.delay(session["id"])  # the watcher task a worker runs after the open commits
+    row = Session.objects.get(pk=session["id"])
+    assert row.state == SessionState.FAILED
+    assert f"trainer pod {pod.metadata.name} has already succeeded" in row.message
+    assert "delete it by closing the session" in row.message
+    assert api.delete(f"/api/v1/sessions/{session['id']}?wait=60").json()["state"] == "closed"
+
+
+def test_a_trainer_pod_that_is_gone_makes_execute_409_and_fails_the_session(
+    kube: Any, namespace: str, api: APIClient
+) -> None:
+    runtime = plain_runtime(kube, namespace)
+    session = api.post(
+        "/api/v1/sessions?wait=60", open_body(namespace, runtime, num_nodes=1), format="json"
+    ).json()
+    assert session["state"] == "running"
+    kube.core.delete_namespaced_pod(session["pod"], namespace, grace_period_seconds=0)
+    wait_for(lambda: session["pod"] not in [p.metadata.name for p in pods_of(kube, namespace, session["id"])])
+    response = api.post(f"/api/v1/sessions/{session['id']}/exec", {"command": "true"}, format="json")
+    assert response.status_code == 409, response.content
+    assert "is gone" in response.json()["detail"]
+    assert Session.objects.get(pk=session["id"]).state == SessionState.FAILED
+    assert api.delete(f"/api/v1/sessions/{session['id']}?wait=60").json()["state"] == "closed"
+
+
+def test_output_beyond_the_limit_is_truncated_and_the_audit_row_counts_every_byte(
+    kube: Any, namespace: str, api: APIClient, settings: Any
+) -> None:
+    settings.SESSION_EXEC_MAX_OUTPUT_BYTES = 10
+    runtime = plain_runtime(kube, namespace)
+    session = api.post(
+        "/api/v1/sessions?wait=60", open_body(namespace, runtime, num_nodes=2), format="json"
+    ).json()
+    assert session["state"] == "running"
+    assert session["pod"].startswith(f"{session['id']}-node-0-0-")  # the first trainer pod of two
+    result = run(api, session["id"], "printf 0123456789abcdef")
+    assert (result["stdout"], result["truncated"], result["returncode"]) == ("0123456789", True, 0)
+    audit = AuditEvent.objects.get(action="session.exec", object_id=session["id"])
+    assert audit.details["bytes_out"] == 16
+    assert api.delete(f"/api/v1/sessions/{session['id']}?wait=60").json()["state"] == "closed"
+
+
+def test_a_runtime_without_a_trainer_job_or_launcher_is_422(
+    kube: Any, namespace: str, api: APIClient
+) -> None:
+    body = runtime_body("TrainingRuntime", "unlabelled", namespace)
+    del trainer_job(body)["template"]["metadata"]
+    name = create_runtime(kube, namespace, body)
+    response = api.post("/api/v1/sessions", open_body(namespace, name), format="json")
+    assert response.status_code == 422, response.content
+    assert [r["code"] for r in response.json()["reasons"]] == ["no-trainer-job"]
+    assert not Session.objects.exists()
+
+
+def test_an_mpi_runtime_without_the_trainer_label_falls_back_to_the_launcher(
+    kube: Any, namespace: str, api: APIClient
+) -> None:
+    body = mpi_interactive(namespace, "unlabelled-mpi")
+    launcher = body["spec"]["template"]["spec"]["replicatedJobs"][1]
+    del launcher["template"]["metadata"]
+    # No job carries the trainer label: dispatch takes the launcher's pod (its probe container keeps it
+    # running, since the Trainer now sets the session's command on no container).
+    name = create_runtime(kube, namespace, body)
+    response = api.post("/api/v1/sessions?wait=90", open_body(namespace, name, num_nodes=3), format="json")
+    assert response.status_code == 200, response.content
+    session = response.json()
+    assert session["state"] == "running", session
+    pod = kube.core.read_namespaced_pod(session["pod"], namespace)
+    assert pod.metadata.labels[RJOB] == "launcher"
+    assert api.delete(f"/api/v1/sessions/{session['id']}?wait=60").json()["state"] == "closed"
+
+
+def test_a_name_held_by_an_open_session_is_409(kube: Any, namespace: str, api: APIClient) -> None:
+    runtime = plain_runtime(kube, namespace)
+    first = api.post(
+        "/api/v1/sessions", open_body(namespace, runtime, name="dup", num_nodes=1), format="json"
+    )
+    assert first.status_code == 202, first.content
+    second = api.post(
+        "/api/v1/sessions", open_body(namespace, runtime, name="dup", num_nodes=1), format="json"
+    )
+    assert second.status_code == 409, second.content
+    assert first.json()["id"] in second.json()["detail"]
+    # The runtime copy is named after the TrainJob: a session named like its TrainingRuntime cannot be.
+    clash = api.post("/api/v1/sessions", open_body(namespace, runtime, name=runtime), format="json")
+    assert clash.status_code == 409, clash.content
+    assert "choose another session name" in clash.json()["detail"]
+    assert api.delete(f"/api/v1/sessions/{first.json()['id']}?wait=60").json()["state"] == "closed"
+
+
+def test_someone_elses_running_session_is_403_to_execute(
+    kube: Any, namespace: str, api: APIClient, make_user: Any
+) -> None:
+    runtime = plain_runtime(kube, namespace)
+    session = api.post(
+        "/api/v1/sessions?wait=60", open_body(namespace, runtime, num_nodes=1), format="json"
+    ).json()
+    _, token = make_user("pia", "platform", ("*",))
+    platform = APIClient()
+    platform.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert platform.get(f"/api/v1/sessions/{session['id']}").json()["state"] == "running"
+    response = platform.post(f"/api/v1/sessions/{session['id']}/exec", {"command": "id"}, format="json")
+    assert response.status_code == 403, response.content
+    assert not AuditEvent.objects.filter(action="session.exec").exists()
+    assert api.delete(f"/api/v1/sessions/{session['id']}?wait=60").json()["state"] == "closed"
+
+
+def test_pods_outliving_the_close_timeout_leave_a_warning_on_the_closed_session(
+    kube: Any, namespace: str, api: APIClient, settings: Any
+) -> None:
+    runtime = plain_runtime(kube, namespace)
+    session = api.post(
+        "/api/v1/sessions?wait=60", open_body(namespace, runtime, num_nodes=2), format="json"
+    ).json()
+    assert session["state"] == "running"
+    # No time at all for the garbage collector: the pods are still there when close looks.
+    settings.SESSION_CLOSE_TIMEOUT_SECONDS = 0
+    closed = api.delete(f"/api/v1/sessions/{session['id']}").json()
+    assert closed["state"] == "closed"
+    assert f"of TrainJob {namespace}/{session['id']} still existed 0s after close" in closed["warning"]
+    assert session["pod"] in closed["warning"]
+    assert not trainjob_exists(kube, namespace, session["id"])
+    wait_for(
+        lambda: pods_of(kube, namespace, session["id"]) == [], what="the garbage collector to remove the pods"
+    )

@@ -1,0 +1,201 @@
+"""The pure parts of sessions: which runtime can serve one, which pod is the trainer pod, what the error
+channel's status means, how a command becomes argv. No DB, no cluster."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from cluster.errors import ClusterUnavailable, NotFound, Rejected
+from cluster.exec import PodInfo, parse_exec_status, translate_handshake
+from cluster.logs import EventRow
+from jobs.sessions.rules import command_argv, creation_failure, pick_trainer_pod, session_runtime_check
+from runtimes.reasons import AllowListMiss
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "dispatch-kind.yaml"
+ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
+
+
+def _plain() -> dict[str, Any]:
+    body: dict[str, Any] = yaml.safe_load(FIXTURE.read_text())
+    return body
+
+
+def _mpi(labelled: bool = True, launcher_containers: tuple[str, ...] = ("node",)) -> dict[str, Any]:
+    launcher: dict[str, Any] = {
+        "name": "launcher",
+        "template": {
+            "spec": {
+                "template": {"spec": {"containers": [{"name": n, "image": "x"} for n in launcher_containers]}}
+            }
+        },
+    }
+    if labelled:
+        launcher["template"]["metadata"] = {"labels": {ANCESTOR: "trainer"}}
+    node = {"name": "node", "template": {"spec": {"template": {"spec": {"containers": [{"name": "node"}]}}}}}
+    return {
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "mpi-interactive"},
+        "spec": {
+            "mlPolicy": {"numNodes": 4, "mpi": {"runLauncherAsNode": True}},
+            "template": {"spec": {"replicatedJobs": [launcher, node]}},
+        },
+    }
+
+
+def _codes(runtime: dict[str, Any] | None, miss: AllowListMiss | None = None) -> tuple[list[str], str]:
+    reasons, job = session_runtime_check(runtime, miss=miss, ref="ClusterTrainingRuntime/x")
+    return [r.code for r in reasons], job
+
+
+def test_an_mpi_runtime_serves_sessions_from_its_labelled_launcher_though_jobs_refuse_it() -> None:
+    assert _codes(_mpi()) == ([], "launcher")
+
+
+def test_without_the_trainer_label_the_launcher_serves_and_a_plain_runtime_cannot() -> None:
+    assert _codes(_mpi(labelled=False)) == ([], "launcher")
+    plain = _plain()
+    del plain["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["metadata"]
+    assert _codes(plain) == (["no-trainer-job"], "")
+
+
+def test_the_trainer_pod_needs_a_container_named_node() -> None:
+    codes, job = _codes(_mpi(labelled=False, launcher_containers=("main",)))
+    assert (codes, job) == (["no-node-container"], "launcher")
+    plain = _plain()
+    plain["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]["name"] = "main"
+    assert _codes(plain) == (["no-node-container"], "node")
+
+
+def test_the_job_only_rules_do_not_refuse_a_session_runtime() -> None:
+    plain = _plain()
+    job = plain["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    del job["backoffLimit"]
+    job["template"]["spec"]["restartPolicy"] = "OnFailure"
+    assert _codes(plain) == ([], "node")
+
+
+def test_not_allowed_for_sessions_and_not_found_are_both_reported() -> None:
+    miss = AllowListMiss(purpose="sessions", listed_for=("jobs",))
+    reasons, _ = session_runtime_check(None, miss=miss, ref="ClusterTrainingRuntime/x")
+    assert [r.code for r in reasons] == ["runtime-not-allowed", "runtime-not-found"]
+    assert "for jobs only, not for sessions" in reasons[0].message
+
+
+def _pod(name: str, rjob: str, job_index: int = 0, index: int = 0, deleting: bool = False) -> PodInfo:
+    return PodInfo(name, "ns", "Running", rjob, job_index, index, deleting, ("node",), {})
+
+
+def test_the_trainer_pod_is_never_a_pod_of_another_replicated_job() -> None:
+    nodes = [_pod("s-node-0-0", "node"), _pod("s-node-0-1", "node", index=1)]
+    assert pick_trainer_pod(nodes, "launcher") is None  # the launcher does not exist yet
+    launcher = _pod("s-launcher-0-0", "launcher")
+    assert pick_trainer_pod([*nodes, launcher], "launcher") == launcher
+
+
+def test_the_trainer_pod_is_the_first_index_and_not_one_being_deleted() -> None:
+    second = _pod("s-node-0-1", "node", index=1)
+    first = _pod("s-node-0-0", "node")
+    assert pick_trainer_pod([second, first], "node") == first
+    assert pick_trainer_pod([second, _pod("s-node-0-0", "node", deleting=True)], "node") == second
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("{metadata: {}, status: Success}", (0, "")),
+        (
+            '{"metadata":{},"status":"Failure","message":"command terminated with non-zero exit code",'
+            '"reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"3"}]}}',
+            (3, ""),
+        ),
+        (
+            '{"status":"Failure","message":"error executing command","reason":"InternalError"}',
+            (None, "error executing command"),
+        ),
+        ("", (None, "the API server sent no exit status")),
+    ],
+)
+def test_the_exit_code_comes_from_the_error_channel_or_is_none(
+    text: str, expected: tuple[int | None, str]
+) -> None:
+    assert parse_exec_status(text) == expected
+
+
+def test_a_string_runs_with_sh_c_and_a_list_as_it_is() -> None:
+    assert command_argv("echo $(hostname)") == ["sh", "-c", "echo $(hostname)"]
+    argv = ["echo", "a b"]
+    assert command_argv(argv) == ["echo", "a b"]
+    assert command_argv(copy.copy(argv)) is not argv
+
+
+def test_a_refused_exec_handshake_becomes_the_typed_error_with_the_api_servers_message() -> None:
+    body = (
+        b'{"kind":"Status","status":"Failure","message":"pods \\"gone\\" not found",'
+        b'"reason":"NotFound","code":404}'
+    )
+    reason = f"Handshake status 404 Not Found -+-+- {{'audit-id': 'x'}} -+-+- {body!r}"
+    error = translate_handshake(ApiException(status=0, reason=reason), "Pod ns/gone")
+    assert isinstance(error, NotFound)
+    assert (error.target, error.message, error.status) == ("Pod ns/gone", 'pods "gone" not found', 404)
+    refused = translate_handshake(
+        ApiException(status=0, reason=reason.replace("404 Not Found", "400 Bad Request")), "Pod ns/p"
+    )
+    assert isinstance(refused, Rejected)
+    bare = translate_handshake(
+        ApiException(status=0, reason="Handshake status 404 Not Found -+-+- {'audit-id': 'x'} -+-+- None"),
+        "Pod ns/p",
+    )
+    assert isinstance(bare, NotFound)
+    assert bare.message == "the API server answered HTTP 404 to the exec request"  # no raw headers
+    down = translate_handshake(ApiException(status=0, reason="[Errno 111] Connection refused"), "Pod ns/p")
+    assert isinstance(down, ClusterUnavailable) and "Connection refused" in down.message
+
+
+# ---------------------------------------------------------------- a creation failure fails a starting session
+
+CREATED = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+
+
+def _event(seconds: float, kind_name: str, reason: str, message: str = "denied") -> EventRow:
+    at = (CREATED + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return EventRow(at=at, type="Warning", reason=reason, object=kind_name, message=message, count=1)
+
+
+@pytest.mark.parametrize(
+    ("events", "now", "expected"),
+    [
+        # The Trainer cannot build the JobSet, still 12 s after creation, looked at after 20 s.
+        (
+            [_event(12, "TrainJob s1", "TrainJobResourcesCreationFailed", "webhook denied")],
+            20,
+            "the Trainer cannot build the TrainJob's JobSet: webhook denied",
+        ),
+        # A Job's pods are forbidden (admission, LimitRange).
+        (
+            [_event(18, "Job s1-node-0", "FailedCreate", "forbidden: maximum cpu")],
+            20,
+            "Job s1-node-0 cannot create its pods: forbidden: maximum cpu",
+        ),
+        # Too early to judge: the same failure seen at 10 s.
+        ([_event(8, "Job s1-node-0", "FailedCreate")], 10, None),
+        # Only right after creation: the Trainer's cache lag on the new runtime copy, already over.
+        ([_event(1, "TrainJob s1", "TrainJobResourcesCreationFailed")], 60, None),
+        # An exceeded quota may free up: the session keeps waiting (its timeout decides).
+        ([_event(30, "Job s1-node-0", "FailedCreate", "exceeded quota: pods")], 40, None),
+        # Another session's objects, or another reason.
+        ([_event(30, "TrainJob s10", "TrainJobResourcesCreationFailed")], 40, None),
+        ([_event(30, "Job s10-node-0", "FailedCreate")], 40, None),
+        ([_event(30, "Job s1-node-0", "SuccessfulCreate")], 40, None),
+    ],
+)
+def test_creation_failure(events: list[EventRow], now: float, expected: str | None) -> None:
+    assert creation_failure(events, "s1", CREATED, CREATED + timedelta(seconds=now)) == expected

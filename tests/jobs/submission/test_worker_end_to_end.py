@@ -1,0 +1,99 @@
+"""The whole path with real processes: REST -> PostgreSQL -> Redis -> a real Celery worker -> the cluster."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from rest_framework.test import APIClient
+
+from dispatch_site import roles
+from dispatch_site.celery import app
+from dispatch_site.services import user_create
+from jobs.models import Job, JobState
+from runtimes.models import AllowListEntry
+from tests.support.dispatch import GROUP, VERSION, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def worker(kubeconfig: str, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """A real worker process on the test database and the test Redis; stopped by its pid afterwards."""
+    db = connection.settings_dict
+    env = os.environ | {
+        "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "REDIS_URL": settings.REDIS_URL,
+        "KUBECONFIG": kubeconfig,
+    }
+    log = (tmp_path / "worker.log").open("w")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "dispatch_site",
+            "worker",
+            "--pool",
+            "solo",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel",
+            "INFO",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    app.conf.task_always_eager = False
+    try:
+        yield process
+    finally:
+        app.conf.task_always_eager = True
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+def test_an_accepted_job_is_started_by_a_real_worker(
+    kube: Any, namespace: str, dispatch_on_cluster: str, worker: subprocess.Popen[str]
+) -> None:
+    _, token = user_create(username="wendy", role=roles.USER, namespaces=[namespace])
+    AllowListEntry.objects.create(kind="ClusterTrainingRuntime", name="dispatch-kind", for_jobs=True)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    body = {
+        "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+        "namespace": namespace,
+        "image": "localhost/trainer:v1",
+        "num_nodes": 2,
+    }
+    response = api.post("/api/v1/jobs", body, format="json")
+    assert response.status_code == 202, response.json()
+    job_id = response.json()["id"]
+    assert response.json()["state"] == "pending"  # recorded before any cluster work
+
+    def queued() -> Job | None:
+        job = Job.objects.get(pk=job_id)
+        return job if job.state != JobState.PENDING else None
+
+    job = wait_for(queued, timeout=60, what="the worker to start the execution")
+    assert job.state == JobState.QUEUED, job.message
+    trainjob = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", f"{job_id}-1")
+    assert trainjob["spec"]["trainer"]["numNodes"] == 2
+    assert worker.poll() is None  # the worker is still alive

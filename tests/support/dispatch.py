@@ -1,0 +1,108 @@
+"""Fixtures that point dispatch itself (the gateway, services, tasks) at the real local control plane."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from django.contrib.auth.models import User
+
+from dispatch_site import roles
+from dispatch_site.services import user_create
+from runtimes.models import AllowListEntry
+from tests.support.deploy import dispatch_serviceaccount, example_manifests  # noqa: F401 (fixtures)
+
+REPO = Path(__file__).resolve().parents[2]
+DISPATCH_KIND = yaml.safe_load((REPO / "scripts" / "k8s" / "dispatch-kind.yaml").read_text())
+GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
+
+
+@pytest.fixture
+def dispatch_on_cluster(kubeconfig: str, settings: Any, db: None, request: pytest.FixtureRequest) -> str:
+    """dispatch's settings now name the real API server: as admin, or with DISPATCH_TEST_AS_SERVICEACCOUNT=1
+    with a kubeconfig holding only the token of deploy's ServiceAccount (its RBAC applied, the test's
+    namespace granted as an installation grants it); the tests' own ``kube`` stays admin."""
+    settings.KUBECONFIG = kubeconfig
+    if os.environ.get("DISPATCH_TEST_AS_SERVICEACCOUNT") == "1":
+        account = request.getfixturevalue("dispatch_serviceaccount")
+        if "namespace" in request.fixturenames:
+            account.grant(request.getfixturevalue("namespace"))
+        settings.KUBECONFIG = account.kubeconfig
+    settings.KUBE_TIMEOUT_SECONDS = 20
+    return str(settings.KUBECONFIG)
+
+
+@pytest.fixture
+def submitter(dispatch_on_cluster: str, namespace: str) -> tuple[User, str]:
+    """A plain user granted the test's namespace."""
+    return user_create(
+        username=f"sam-{namespace[-6:]}", role=roles.USER, namespaces=[namespace], password="pw"
+    )
+
+
+def runtime_body(kind: str, name: str, namespace: str | None = None, **changes: Any) -> dict[str, Any]:
+    """dispatch-kind under another name and kind."""
+    body = copy.deepcopy(DISPATCH_KIND)
+    body["kind"] = kind
+    body["metadata"] = {"name": name} | ({"namespace": namespace} if namespace else {})
+    return body
+
+
+def trainer_job(body: dict[str, Any]) -> dict[str, Any]:
+    job: dict[str, Any] = body["spec"]["template"]["spec"]["replicatedJobs"][0]
+    return job
+
+
+@pytest.fixture
+def namespaced_runtime(kube: Any, namespace: str, dispatch_on_cluster: str) -> Callable[..., dict[str, Any]]:
+    """Creates a TrainingRuntime in the test namespace (allow-listed unless told otherwise)."""
+
+    def create(
+        name: str = "team-runtime",
+        *,
+        allow: bool = True,
+        mutate: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        body = runtime_body("TrainingRuntime", name, namespace)
+        if mutate:
+            mutate(body)
+        created: dict[str, Any] = kube.custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, "trainingruntimes", body
+        )
+        if allow:
+            AllowListEntry.objects.create(
+                kind="TrainingRuntime", namespace=namespace, name=name, for_jobs=True
+            )
+        return created
+
+    return create
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.25, what: str = ""
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def cleanup_cluster_objects(kube: Any) -> Iterator[list[tuple[str, str]]]:
+    """Cluster-scoped objects a test made, deleted afterwards: (plural, name)."""
+    made: list[tuple[str, str]] = []
+    yield made
+    for plural, name in made:
+        with contextlib.suppress(Exception):
+            kube.custom.delete_cluster_custom_object(GROUP, VERSION, plural, name)
