@@ -21,9 +21,11 @@ Identity of a pod, read from what the pod itself runs under (never from dispatch
   dispatch's namespaces (everything else is counted as outside).
 
 Not a rank (counted, never judged): a pod with no DISPATCH_JOB; an interactive session's pod (jobs/sessions.py
-publishes DISPATCH_JOB=<session id>, DISPATCH_ATTEMPT=1 and labels the pod <label domain>/session=<session
-id>: a pod with a label whose last path part is `session` and whose value is its DISPATCH_JOB); a pod with
-DISPATCH_JOB that no Job controls (a bare pod someone made; every dispatch rank comes from JobSet -> Job).
+builds a session's objects like a job's, DISPATCH_JOB=<session id>, DISPATCH_ATTEMPT=1, and its pods carry no
+session label, so a session is told by its id: "s" + 10 base32 characters where a job id has "j", as
+jobs/models.py `_new_session_id` makes it; also by a label `<domain>/session` equal to DISPATCH_JOB, should
+pods ever carry one); a pod with DISPATCH_JOB that no Job controls (a bare pod someone made; every dispatch
+rank comes from JobSet -> Job).
 
 A pod ran when it was seen in phase Running, or any of its containers (init and sidecar included) has a
 running or terminated state with startedAt: code ran in it under the identity. A pod created and deleted while
@@ -51,6 +53,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import signal
 import socket
 import sys
@@ -66,6 +69,9 @@ RESTART_ATTEMPT: Final = "jobset.sigs.k8s.io/restart-attempt"
 REPLICATED_JOB: Final = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX: Final = "jobset.sigs.k8s.io/job-index"
 COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
+
+# A session's id (jobs/models.py _new_session_id; tests/unit/test_identity_observer.py keeps the two in step).
+SESSION_ID: Final = re.compile(r"s[a-z2-7]{10}")
 
 RAN_TWICE: Final = "ran-twice"
 RESTARTED_IN_PLACE: Final = "restarted-in-place"
@@ -260,6 +266,8 @@ def mark_vanished(record: Mapping[str, Any], *, at: str) -> dict[str, Any]:
 
 
 def _is_session(record: Mapping[str, Any]) -> bool:
+    if SESSION_ID.fullmatch(str(record["job"])):
+        return True
     return any(k.rsplit("/", 1)[-1] == "session" and v == record["job"] for k, v in record["labels"].items())
 
 

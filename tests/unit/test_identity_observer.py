@@ -368,9 +368,14 @@ def test_pods_that_are_not_dispatch_job_ranks_are_counted_and_never_judged() -> 
         ran("u-noenv00001", job=None, attempt=None),
         ran("u-noenv00002", start=5, job=None, attempt=None),
     ]
-    # jobs/sessions.py: DISPATCH_JOB=<session id>, DISPATCH_ATTEMPT=1, label <domain>/session=<session id>.
-    session = {"job": "saaaaaaaaaa", "labels": {"dispatch.dev/session": "saaaaaaaaaa"}}
-    sessions = [ran("u-session001", **session), ran("u-session002", start=5, **session)]
+    # jobs/sessions.py: DISPATCH_JOB=<session id>, DISPATCH_ATTEMPT=1, no session label on the pods (a label
+    # <domain>/session=<id> would do too).
+    sessions = [
+        ran("u-session001", job="saaaaaaaaaa"),
+        ran("u-session002", start=5, job="saaaaaaaaaa"),
+        ran("u-session003", job="jcccccccccc", labels={"dispatch.dev/session": "jcccccccccc"}),
+        ran("u-session004", start=5, job="jcccccccccc", labels={"dispatch.dev/session": "jcccccccccc"}),
+    ]
     bare = [ran("u-bare000001", owner_kind=None), ran("u-bare000002", start=5, owner_kind=None)]
     v = judge([*no_env, *sessions, *bare])
     assert v["ok"]
@@ -379,8 +384,8 @@ def test_pods_that_are_not_dispatch_job_ranks_are_counted_and_never_judged() -> 
         counts["not_dispatch_pods"],
         counts["session_pods"],
         counts["dispatch_env_not_job_controlled"],
-    ) == (2, 2, 2)
-    assert counts["rank_pods"] == 0 and counts["pods_seen"] == 6
+    ) == (2, 4, 2)
+    assert counts["rank_pods"] == 0 and counts["pods_seen"] == 8
     # A session label naming another id does not make a job's pod a session's.
     mislabelled = ran("u-mislabel01", labels={"dispatch.dev/session": "sbbbbbbbbbb"})
     assert judge([mislabelled])["counts"]["rank_pods"] == 1
@@ -439,3 +444,13 @@ def test_the_cli_judges_an_earlier_reports_records_again_with_allowed_jobs(tmp_p
     allow.write_text("jaaaaaaaaaa\n")
     code, report = cli("--allowed-jobs-file", str(allow))
     assert code == 0 and report["verdict"]["violations"] == [] and len(report["verdict"]["allowed"]) == 1
+
+
+def test_session_and_job_ids_as_dispatch_makes_them_are_told_apart() -> None:
+    from jobs.models import _new_session_id
+    from jobs.naming import new_job_id
+
+    for _ in range(50):
+        session, job = _new_session_id(), new_job_id()
+        v = judge([ran("u-s" + session, job=session), ran("u-j" + job, job=job)])
+        assert (v["counts"]["session_pods"], v["counts"]["rank_pods"]) == (1, 1), (session, job)
