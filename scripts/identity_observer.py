@@ -456,6 +456,7 @@ class IdentityObserver:
             "started_at": self.started_at,
             "stopped_at": self.stopped_at,
             "lists": self.lists,
+            "complete": not self.gaps,  # False: a pod may have lived and gone inside a gap unseen
             "gaps": list(self.gaps),
             "errors": list(self.errors),
         }

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -166,7 +170,7 @@ def test_a_failed_rank_replaced_under_the_same_index_is_reported_with_both_pod_u
     assert first["terminated_at"] <= second["first_seen"]  # the replacement came after the failure
     counts = verdict["counts"]
     assert (counts["rank_pods"], counts["identities"], counts["violations"]) == (3, 2, 1)
-    assert verdict["watch"]["gaps"] == []
+    assert verdict["watch"]["gaps"] == [] and verdict["watch"]["complete"] is True
 
 
 @pytest.mark.parametrize("publish", ["env", "initContainer"])
@@ -199,7 +203,11 @@ def test_a_job_allowed_to_rerun_gives_no_violation_while_another_jobs_rerun_stil
     for name, job in (("allowed", allowed), ("other", other)):
         _create(kube, namespace, _jobset(name, job=job, backoff_limit=1, completions=1, kwok=kwok))
     for name in ("allowed", "other"):
-        wait_for(lambda n=name: _jobset_condition(kube, namespace, n, "Failed"), timeout=120, what=f"{name}")
+
+        def failed(jobset: str = name) -> bool:
+            return _jobset_condition(kube, namespace, jobset, "Failed")
+
+        wait_for(failed, timeout=120, what=f"JobSet {name} Failed")
     ranks = {name: _uids_by_rank(kube, namespace, name)["0"] for name in ("allowed", "other")}
     wait_for(lambda: _seen(observer, ranks["allowed"] | ranks["other"], _ended), what="all four pods end")
 
@@ -335,7 +343,7 @@ def test_after_a_410_gone_the_observer_lists_again_keeping_every_record_and_mark
     verdict = observer.verdict(namespaces={namespace})
     assert verdict["ok"], verdict
     assert (verdict["counts"]["rank_pods"], verdict["counts"]["identities"]) == (4, 4)
-    assert verdict["watch"]["gaps"] == [gap]
+    assert verdict["watch"]["gaps"] == [gap] and verdict["watch"]["complete"] is False
 
 
 # ---------------------------------------------------------------- dispatch's own start path
@@ -440,3 +448,45 @@ def test_an_interactive_sessions_pods_are_counted_as_a_sessions_and_never_judged
     assert (counts["session_pods"], counts["rank_pods"]) == (2, 0)
     closed = _api(submitter[1]).delete(f"/api/v1/sessions/{session['id']}?wait=120")
     assert closed.status_code == 200, closed.content
+
+
+def test_the_cli_watches_until_sigterm_writes_the_report_and_exits_1_on_a_violation(
+    kube: Any, kubeconfig: str, namespace: str, tmp_path: Any
+) -> None:
+    out = tmp_path / "report.json"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "identity_observer.py"
+    cli = subprocess.Popen(
+        [
+            sys.executable,
+            str(script),
+            "--kubeconfig",
+            kubeconfig,
+            "--out",
+            str(out),
+            "--namespace",
+            namespace,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # It says so on stderr once the first list is recorded: pods created after that are all seen.
+        assert cli.stderr is not None and "watching pods" in cli.stderr.readline()
+        job = _job_id()
+        kwok = {"KWOK_EXIT_CODE": "3", "KWOK_RUN_DURATION": "1s"}
+        _create(kube, namespace, _jobset("rerun", job=job, backoff_limit=1, completions=1, kwok=kwok))
+        wait_for(lambda: _jobset_condition(kube, namespace, "rerun", "Failed"), timeout=120, what="Failed")
+        uids = _uids_by_rank(kube, namespace, "rerun")["0"]
+        # No wait for the watch to catch up: stop() lists once more, and the failed pods stay.
+        cli.send_signal(signal.SIGTERM)
+        stdout, _ = cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 1, stdout
+    report = json.loads(out.read_text())
+    [violation] = report["verdict"]["violations"]
+    assert (violation["job"], {p["uid"] for p in violation["pods"]}) == (job, uids)
+    assert uids <= {r["uid"] for r in report["records"]}
+    assert json.loads(stdout.strip().splitlines()[-1])["violations"] == 1

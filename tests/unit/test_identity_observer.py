@@ -56,7 +56,7 @@ def pod(
 ) -> dict[str, Any]:
     """A JobSet rank pod. publish: where DISPATCH_JOB/DISPATCH_ATTEMPT are ("env": container node;
     "initContainer": init container identity). sidecar: {"restart_count": n} adds a sidecar init container."""
-    identity = [{"name": "DISPATCH_JOB", "value": job}] if job is not None else []
+    identity: list[dict[str, Any]] = [{"name": "DISPATCH_JOB", "value": job}] if job is not None else []
     if attempt is not None:
         identity.append({"name": "DISPATCH_ATTEMPT", "value": attempt})
     identity.append(
@@ -67,14 +67,11 @@ def pod(
             },
         }
     )
-    node = {
-        "name": "node",
-        "image": "localhost/trainer:v1",
-        "env": [{"name": "LEARNING_RATE", "value": "0.1"}],
-    }
+    node_env: list[dict[str, Any]] = [{"name": "LEARNING_RATE", "value": "0.1"}]
+    node = {"name": "node", "image": "localhost/trainer:v1", "env": node_env}
     init: list[dict[str, Any]] = []
     if publish == "env":
-        node["env"] += identity
+        node_env += identity
     else:
         init.append({"name": "identity", "image": "localhost/identity:v1", "env": identity})
     if sidecar is not None:
