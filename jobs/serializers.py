@@ -64,6 +64,29 @@ RESERVED_LABEL_KEYS = {
 }
 
 
+# Label prefixes the controllers under a TrainJob read: a user's label there would steer them (a Kueue
+# priority class, a JobSet's or a Job's own bookkeeping, the Trainer's ancestor step), so none is accepted.
+RESERVED_LABEL_PREFIXES = {
+    "kueue.x-k8s.io/": "Kueue reads it (queue, priority, admission): use queue_name or priority_class",
+    "jobset.sigs.k8s.io/": "the JobSet controller sets and reads it",
+    "trainer.kubeflow.org/": "the Trainer sets and reads it",
+    "batch.kubernetes.io/": "the Job controller sets and reads it",
+}
+
+
+def reserved_label_problem(key: str, label_domain: str | None = None) -> str | None:
+    """Why a job may not set this label key (it is dispatch's, or a controller's), else None. Pure."""
+    reserved = RESERVED_LABEL_KEYS.get(key)
+    if reserved:
+        return f"label {key} is reserved: {reserved}"
+    for prefix, why in RESERVED_LABEL_PREFIXES.items():
+        if key.startswith(prefix):
+            return f"label {key} is reserved: {why}"
+    if label_domain and key.startswith(f"{label_domain}/"):
+        return f"label {key} is reserved: dispatch owns the {label_domain}/ prefix"
+    return None
+
+
 # The map and quantity rules as the schema states them (jobs.spec's patterns). The reserved label prefix is
 # the default label domain's: a site that sets another reserves that one, which a static schema cannot know.
 QUANTITY_SCHEMA: dict[str, Any] = {
@@ -77,7 +100,9 @@ ENV_NAME_SCHEMA: dict[str, Any] = {"type": "string", "pattern": ENV_NAME_PATTERN
 
 LABEL_KEY_SCHEMA: dict[str, Any] = {
     "type": "string",
-    "pattern": reserved_label_keys_pattern(RESERVED_LABEL_KEYS, [f"{DEFAULT_LABEL_DOMAIN}/"]),
+    "pattern": reserved_label_keys_pattern(
+        RESERVED_LABEL_KEYS, [*RESERVED_LABEL_PREFIXES, f"{DEFAULT_LABEL_DOMAIN}/"]
+    ),
 }
 
 
@@ -174,7 +199,8 @@ class EnvField(TextMapField):
         "additionalProperties": LABEL_VALUE_SCHEMA,
         "propertyNames": LABEL_KEY_SCHEMA,
         "description": "Labels for the TrainJob. Keys are qualified names ([prefix/]name); the keys dispatch "
-        "sets and its own label domain are reserved.",
+        "sets, its own label domain and the prefixes kueue.x-k8s.io/, jobset.sigs.k8s.io/, "
+        "trainer.kubeflow.org/ and batch.kubernetes.io/ are reserved.",
     }
 )
 class LabelsField(TextMapField):
@@ -249,9 +275,9 @@ def _label_problem(key: str, value: str) -> str | None:
     problem = qualified_name_problem(key)
     if problem:
         return f"label key {problem}"
-    reserved = RESERVED_LABEL_KEYS.get(key)
+    reserved = reserved_label_problem(key)
     if reserved:
-        return f"label {key} is reserved: {reserved}"
+        return reserved
     problem = label_value_problem(value)
     return f"label value {problem}" if problem else None
 
@@ -293,8 +319,10 @@ class JobSpecSerializer(StrictSerializer):
         domain = self.context.get("label_domain")
 
         def problem(key: str, label_value: str) -> str | None:
-            if domain and key.startswith(f"{domain}/"):
-                return f"label {key} is reserved: dispatch owns the {domain}/ prefix"
+            if not qualified_name_problem(key):
+                reserved = reserved_label_problem(key, domain)
+                if reserved:
+                    return reserved
             return _label_problem(key, label_value)
 
         _keyed_errors(value, problem)

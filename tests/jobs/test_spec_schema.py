@@ -20,7 +20,7 @@ from jobs.serializers import (
     ENV_NAME_SCHEMA,
     LABEL_KEY_SCHEMA,
     LABEL_VALUE_SCHEMA,
-    RESERVED_LABEL_KEYS,
+    reserved_label_problem,
 )
 from jobs.spec import (
     IMAGE_PATTERN,
@@ -35,9 +35,10 @@ from jobs.spec import (
 
 
 def _label_key_problem(key: str) -> str | None:
-    if key in RESERVED_LABEL_KEYS or key.startswith(f"{DEFAULT_LABEL_DOMAIN}/"):
-        return "reserved"
-    return qualified_name_problem(key)
+    problem = qualified_name_problem(key)
+    if problem:
+        return problem
+    return reserved_label_problem(key, DEFAULT_LABEL_DOMAIN)
 
 
 def _label_value_problem(value: str) -> str | None:
@@ -89,6 +90,12 @@ RULES: list[tuple[str, str, Callable[[str], str | None], str, list[str]]] = [
             "app.kubernetes.io/managed-by",
             "app.kubernetes.io/managed-byx",
             "kueue.x-k8s.io/queue-name",
+            "kueue.x-k8s.io/priority-class",
+            "kueue.x-k8s.iox/a",
+            "jobset.sigs.k8s.io/jobset-name",
+            "trainer.kubeflow.org/trainjob-ancestor-step",
+            "batch.kubernetes.io/job-completion-index",
+            "x.batch.kubernetes.io/a",
             "dispatch.dev/job",
             "dispatch.devx/job",
             "x" * 63,
