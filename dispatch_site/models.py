@@ -80,6 +80,11 @@ class ApiToken(AbstractAuthToken):
     digest: models.CharField[str, str] = models.CharField(max_length=CONSTANTS.DIGEST_LENGTH, unique=True)
     name: models.CharField[str, str] = models.CharField(max_length=100)
     last_used_at: models.DateTimeField[Any, Any] = models.DateTimeField(null=True, blank=True)
+    # The token that created this one (None: created from a password login, or by create_user). Revoking a
+    # token revokes what it created (CASCADE, recursively), and a token never expires after its creator.
+    created_by: models.ForeignKey[Any, Any] = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="created_tokens"
+    )
 
     class Meta:
         ordering = ["-created", "-id"]

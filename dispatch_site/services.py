@@ -47,28 +47,72 @@ def user_create(
     return user, token
 
 
+class TokenNotAllowed(Exception):
+    """403: a token may not create tokens unless its user has the platform role."""
+
+
 def token_create(
-    *, user: User, name: str, ttl_days: int | None = None, actor: AnyUser | None = None
+    *,
+    user: User,
+    name: str,
+    ttl_days: int | None = None,
+    actor: AnyUser | None = None,
+    created_by: ApiToken | None = None,
 ) -> tuple[ApiToken, str]:
     """A new API token for the user: returns the stored row and the token itself, which is never stored
-    (only its digest) and cannot be shown again."""
+    (only its digest) and cannot be shown again.
+
+    `created_by` is the token the request came with (None for a password login or the create_user command):
+    only a platform user's token may create tokens (TokenNotAllowed otherwise), so a stolen token cannot
+    renew itself; the new token expires no later than its creator and is revoked with it."""
     days = settings.API_TOKEN_TTL_DAYS if ttl_days is None else ttl_days
     if not 1 <= days <= MAX_TOKEN_TTL_DAYS:
         raise ValueError(f"a token lives 1 to {MAX_TOKEN_TTL_DAYS} days, not {days}")
-    row, token = ApiToken.objects.create(user=user, expiry=timedelta(days=days), name=name)
-    audit_record(
-        actor=actor or user,
-        action="token.create",
-        object_type="token",
-        object_id=str(row.pk),
-        details={"user": user.get_username(), "name": name, "expires": row.expiry.isoformat()},
-    )
+    if created_by is not None and not roles.is_platform(created_by.user):
+        raise TokenNotAllowed(
+            "a token cannot create tokens: log in with your password (dashboard → API tokens) to create one; "
+            "only the platform role creates tokens with a token"
+        )
+    with transaction.atomic():
+        row, token = ApiToken.objects.create(user=user, expiry=timedelta(days=days), name=name)
+        if created_by is not None:
+            row.created_by = created_by
+            if created_by.expiry is not None and (row.expiry is None or row.expiry > created_by.expiry):
+                row.expiry = created_by.expiry  # never outlives the token that created it
+            row.save(update_fields=["created_by", "expiry"])
+        audit_record(
+            actor=actor or user,
+            action="token.create",
+            object_type="token",
+            object_id=str(row.pk),
+            details={
+                "user": user.get_username(),
+                "name": name,
+                "expires": row.expiry.isoformat(),
+                "created_by_token": created_by.pk if created_by is not None else None,
+            },
+        )
     return row, token
 
 
+def _created_from(token: ApiToken) -> list[int]:
+    """The ids of every token created, directly or not, with this one."""
+    found: list[int] = []
+    frontier = [token.pk]
+    while frontier:
+        frontier = list(ApiToken.objects.filter(created_by_id__in=frontier).values_list("pk", flat=True))
+        found += frontier
+    return found
+
+
 def token_revoke(*, actor: AnyUser, token: ApiToken) -> None:
-    """Revoke a token (its owner or the platform role): it is deleted and stops working at once."""
-    details = {"user": token.user.get_username(), "name": token.name}
+    """Revoke a token (its owner or the platform role): it is deleted and stops working at once, and so is
+    every token created with it (CASCADE)."""
+    details: dict[str, object] = {
+        "user": token.user.get_username(),
+        "name": token.name,
+        "also_revoked": _created_from(token),
+    }
     token_id = str(token.pk)
     token.delete()
     audit_record(actor=actor, action="token.revoke", object_type="token", object_id=token_id, details=details)

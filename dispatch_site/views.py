@@ -23,7 +23,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from dispatch_site import roles, selectors, services
-from dispatch_site.api import CreatedCursorPagination, StrictSerializer
+from dispatch_site.api import CreatedCursorPagination, DetailSerializer, StrictSerializer
 from dispatch_site.models import ApiToken, AuditEvent
 from dispatch_site.permissions import IsPlatform
 from dispatch_site.schema import NOT_BLANK
@@ -158,20 +158,26 @@ class TokenListCreateApi(APIView):
     @extend_schema(
         operation_id="tokens_create",
         request=TokenInputSerializer,
-        responses={201: NewTokenSerializer},
-        summary="Create an API token for yourself; the response holds the token, shown only this once",
+        responses={201: NewTokenSerializer, 403: DetailSerializer},
+        summary="Create an API token for yourself; the response holds the token, shown only this once. Needs "
+        "a password login (the dashboard) or, with a token, the platform role; a token created with a token "
+        "expires no later than it and is revoked with it",
     )
     def post(self, request: Request) -> Response:
         serializer = TokenInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         user = request.user
         assert isinstance(user, User)  # IsAuthenticated ran
-        row, token = services.token_create(
-            user=user,
-            name=serializer.validated_data["name"],
-            ttl_days=serializer.validated_data.get("expires_in_days"),
-            actor=user,
-        )
+        try:
+            row, token = services.token_create(
+                user=user,
+                name=serializer.validated_data["name"],
+                ttl_days=serializer.validated_data.get("expires_in_days"),
+                actor=user,
+                created_by=request.auth if isinstance(request.auth, ApiToken) else None,
+            )
+        except services.TokenNotAllowed as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
         data = dict(TokenSerializer(row).data) | {"token": token}
         return Response(data, status=status.HTTP_201_CREATED)
 

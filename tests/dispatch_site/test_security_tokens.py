@@ -24,6 +24,14 @@ def _client(token: str, keyword: str = "Token") -> APIClient:
     return client
 
 
+@pytest.fixture
+def uma_login(plain_user: tuple[User, str]) -> APIClient:
+    """uma after a password login (a session, as the dashboard has): what creates tokens."""
+    client = APIClient()
+    assert client.login(username="uma", password="pw-uma")
+    return client
+
+
 def _database_holds(text: str) -> list[str]:
     """Every table.column of the whole database whose value contains the text (all text and JSON columns)."""
     with connection.cursor() as cursor:
@@ -40,8 +48,8 @@ def _database_holds(text: str) -> list[str]:
     return found
 
 
-def test_a_created_token_authenticates_and_the_database_holds_only_its_digest(user_api: APIClient) -> None:
-    response = user_api.post("/api/v1/tokens", {"name": "laptop", "expires_in_days": 7}, format="json")
+def test_a_created_token_authenticates_and_the_database_holds_only_its_digest(uma_login: APIClient) -> None:
+    response = uma_login.post("/api/v1/tokens", {"name": "laptop", "expires_in_days": 7}, format="json")
     assert response.status_code == 201, response.json()
     body = response.json()
     token = body["token"]
@@ -62,8 +70,10 @@ def test_the_fixture_tokens_are_stored_hashed_too(plain_user: tuple[User, str]) 
     assert _client(plain_user[1]).get("/api/v1/me").status_code == 200
 
 
-def test_several_tokens_per_user_listed_without_the_secret_and_last_use_shown(user_api: APIClient) -> None:
-    token = user_api.post("/api/v1/tokens", {"name": "ci"}, format="json").json()["token"]
+def test_several_tokens_per_user_listed_without_the_secret_and_last_use_shown(
+    user_api: APIClient, uma_login: APIClient
+) -> None:
+    token = uma_login.post("/api/v1/tokens", {"name": "ci"}, format="json").json()["token"]
     _client(token).get("/api/v1/me")
     rows = user_api.get("/api/v1/tokens").json()
     assert sorted(r["name"] for r in rows) == ["ci", "create_user"]
@@ -80,8 +90,8 @@ def test_an_expired_token_is_401(plain_user: tuple[User, str]) -> None:
     assert "expired" in response.json()["detail"]
 
 
-def test_the_owner_revokes_a_token_and_it_is_401_at_once(user_api: APIClient) -> None:
-    created = user_api.post("/api/v1/tokens", {"name": "temp"}, format="json").json()
+def test_the_owner_revokes_a_token_and_it_is_401_at_once(user_api: APIClient, uma_login: APIClient) -> None:
+    created = uma_login.post("/api/v1/tokens", {"name": "temp"}, format="json").json()
     assert _client(created["token"]).get("/api/v1/me").status_code == 200
     assert user_api.delete(created["url"]).status_code == 204
     assert _client(created["token"]).get("/api/v1/me").status_code == 401
@@ -116,8 +126,8 @@ def test_platform_revokes_anybodys_token_another_user_cannot_even_see_it(
         ({"name": "x", "scope": "all"}, "scope"),
     ],
 )
-def test_bad_token_requests_are_400_with_the_field(user_api: APIClient, body: dict, field: str) -> None:
-    response = user_api.post("/api/v1/tokens", body, format="json")
+def test_bad_token_requests_are_400_with_the_field(uma_login: APIClient, body: dict, field: str) -> None:
+    response = uma_login.post("/api/v1/tokens", body, format="json")
     assert response.status_code == 400
     assert field in response.json()
 
@@ -125,6 +135,50 @@ def test_bad_token_requests_are_400_with_the_field(user_api: APIClient, body: di
 def test_tokens_endpoints_need_credentials(anon_api: APIClient) -> None:
     assert anon_api.get("/api/v1/tokens").status_code == 401
     assert anon_api.post("/api/v1/tokens", {"name": "x"}, format="json").status_code == 401
+
+
+# ---------------------------------------------------------------- tokens that cannot renew themselves
+
+
+def test_a_token_cannot_mint_a_token_so_revoking_a_stolen_one_ends_the_access(user_api: APIClient) -> None:
+    """The attack (issue 22): with a stolen token, mint a 366-day one; revoking the stolen token then left
+    the new one working. A plain user's token may not create tokens at all now: 403, nothing created."""
+    response = user_api.post("/api/v1/tokens", {"name": "persist", "expires_in_days": 366}, format="json")
+    assert response.status_code == 403, response.content
+    assert "password" in response.json()["detail"]
+    assert not ApiToken.objects.filter(name="persist").exists()
+    assert not AuditEvent.objects.filter(action="token.create", details__name="persist").exists()
+
+
+def test_a_password_login_creates_tokens(uma_login: APIClient) -> None:
+    response = uma_login.post("/api/v1/tokens", {"name": "laptop", "expires_in_days": 366}, format="json")
+    assert response.status_code == 201, response.content
+    assert ApiToken.objects.get(name="laptop").created_by is None
+
+
+def test_a_platform_tokens_child_never_outlives_it_and_is_revoked_with_it(
+    platform_user: tuple[User, str],
+) -> None:
+    parent = ApiToken.objects.get(user=platform_user[0])
+    ApiToken.objects.filter(pk=parent.pk).update(expiry=timezone.now() + timedelta(days=3))
+    parent.refresh_from_db()
+    response = _client(platform_user[1]).post(
+        "/api/v1/tokens", {"name": "child", "expires_in_days": 366}, format="json"
+    )
+    assert response.status_code == 201, response.content
+    child = response.json()
+    expires = datetime.fromisoformat(child["expires_at"].replace("Z", "+00:00"))
+    assert expires <= parent.expiry  # asked for 366 days, got what its creator has left
+    grandchild = _client(child["token"]).post("/api/v1/tokens", {"name": "grandchild"}, format="json")
+    assert grandchild.status_code == 201, grandchild.content
+    assert _client(grandchild.json()["token"]).get("/api/v1/me").status_code == 200
+
+    # Revoking the parent revokes everything created with it, however deep.
+    assert _client(platform_user[1]).delete(f"/api/v1/tokens/{parent.pk}").status_code == 204
+    assert _client(child["token"]).get("/api/v1/me").status_code == 401
+    assert _client(grandchild.json()["token"]).get("/api/v1/me").status_code == 401
+    event = AuditEvent.objects.get(action="token.revoke")
+    assert sorted(event.details["also_revoked"]) == sorted([child["id"], grandchild.json()["id"]])
 
 
 def test_a_drf_authtoken_from_before_keeps_working_after_the_migration(plain_user: tuple[User, str]) -> None:
