@@ -1,5 +1,5 @@
-"""Throttles counted in Redis (the `throttle` cache): API requests per user, login attempts per username and
-per client address. Rates are settings (THROTTLE_RATES, from the environment); a throttled API request is a
+"""Throttles counted in Redis (the `throttle` cache): API requests per user, failed logins per username, per
+client address and per (username, address) pair (LoginFailures). Rates are settings (THROTTLE_RATES, from the environment); a throttled API request is a
 429 with Retry-After (DRF), a throttled login too (dispatch_site.views.LoginView).
 
 When Redis does not answer, requests pass (and a warning is logged): throttling is a guard, and the service
@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import time
 from typing import Any
 
 import redis
@@ -56,33 +57,93 @@ class ApiUserThrottle(RedisRateThrottle):
         return f"{self.scope}:address:{self.get_ident(request)}"
 
 
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
 def _username_key(username: str) -> str:
-    return hashlib.sha256(username.strip().lower().encode()).hexdigest()[:32]
+    return _digest(username.strip().lower())
 
 
-class LoginUserThrottle(RedisRateThrottle):
-    """Login attempts per username (whoever makes them)."""
-
-    scope = "login-user"
-
-    def get_cache_key(self, request: Any, view: Any) -> str | None:
-        username = request.POST.get("username", "")
-        return f"{self.scope}:{_username_key(username)}" if username else None
+# A successful login makes its (username, address) pair known for this long.
+KNOWN_PAIR_SECONDS = 90 * 24 * 3600
 
 
-class LoginAddressThrottle(RedisRateThrottle):
-    """Login attempts per client address (whichever usernames they try)."""
+class LoginFailures:
+    """Failed logins, counted in Redis (the `throttle` cache) over the login rates' windows: per username
+    (THROTTLE_LOGIN_USER), per client address (THROTTLE_LOGIN_ADDRESS) and per (username, address) pair (the
+    username rate). Only failures count: a right password is never counted, so logging in does not use up
+    anything.
 
-    scope = "login-address"
+    The lockout a stranger can cause never reaches the right password from a known address: a pair that
+    logged in successfully before (within KNOWN_PAIR_SECONDS) is judged only by the failures of that same
+    pair, which only someone sending from the user's own address can add. Any other login is refused while
+    its username's or its address's failures are over the rate.
 
-    def get_cache_key(self, request: Any, view: Any) -> str:
-        return f"{self.scope}:{self.get_ident(request)}"
+    When Redis does not answer, logins pass (and a warning is logged), like the other throttles."""
+
+    def __init__(self, request: HttpRequest) -> None:
+        self.cache = caches["throttle"]
+        username = str(request.POST.get("username", ""))
+        self.user = _username_key(username) if username else ""
+        self.address = _digest(ApiUserThrottle().get_ident(request) or "")
+        self.counters: list[tuple[str, str | None]] = [
+            (f"login-failures:pair:{self.user}:{self.address}", settings.THROTTLE_RATES.get("login-user"))
+        ]
+        if not self._known():
+            self.counters += [
+                (f"login-failures:user:{self.user}", settings.THROTTLE_RATES.get("login-user")),
+                (f"login-failures:address:{self.address}", settings.THROTTLE_RATES.get("login-address")),
+            ]
+
+    def _known(self) -> bool:
+        if not self.user:
+            return False
+        try:
+            return bool(self.cache.get(f"login-known:{self.user}:{self.address}"))
+        except redis.RedisError as exc:
+            logger.warning("login throttle: Redis did not answer: %s", exc)
+            return False
+
+    def _history(self, key: str, duration: int, now: float) -> list[float]:
+        return [t for t in self.cache.get(key, []) if t > now - duration]
+
+    def retry_after(self) -> int | None:
+        """Seconds to wait when one of this login's counters is over its rate, else None."""
+        now = time.time()
+        waits = []
+        try:
+            for key, rate in self.counters:
+                if rate is None:
+                    continue
+                limit, duration = _parse_rate(rate)
+                history = self._history(key, duration, now)
+                if len(history) >= limit:
+                    waits.append(max(1, math.ceil(duration - (now - min(history)))))
+        except redis.RedisError as exc:
+            logger.warning("login throttle not applied, Redis did not answer: %s", exc)
+            return None
+        return max(waits) if waits else None
+
+    def failed(self) -> None:
+        now = time.time()
+        try:
+            for key, rate in self.counters:
+                if rate is None:
+                    continue
+                _, duration = _parse_rate(rate)
+                self.cache.set(key, [*self._history(key, duration, now), now], duration)
+        except redis.RedisError as exc:
+            logger.warning("login failure not counted, Redis did not answer: %s", exc)
+
+    def succeeded(self) -> None:
+        try:
+            self.cache.set(f"login-known:{self.user}:{self.address}", 1, KNOWN_PAIR_SECONDS)
+        except redis.RedisError as exc:
+            logger.warning("known login address not recorded, Redis did not answer: %s", exc)
 
 
-def login_retry_after(request: HttpRequest) -> int | None:
-    """Counts one login attempt against both login throttles; the seconds to wait when either refuses it."""
-    waits = []
-    for throttle in (LoginAddressThrottle(), LoginUserThrottle()):
-        if not throttle.allow_request(request, None):
-            waits.append(throttle.retry_after())
-    return max(waits) if waits else None
+def _parse_rate(rate: str) -> tuple[int, int]:
+    limit, duration = SimpleRateThrottle.parse_rate(None, rate)  # type: ignore[arg-type]
+    assert limit is not None and duration is not None
+    return int(limit), int(duration)

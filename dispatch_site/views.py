@@ -27,7 +27,7 @@ from dispatch_site.api import CreatedCursorPagination, DetailSerializer, StrictS
 from dispatch_site.models import ApiToken, AuditEvent
 from dispatch_site.permissions import IsPlatform
 from dispatch_site.schema import NOT_BLANK
-from dispatch_site.throttles import login_retry_after
+from dispatch_site.throttles import LoginFailures
 
 
 class MeApi(APIView):
@@ -97,18 +97,29 @@ def audit_page(request: HttpRequest) -> HttpResponse:
 
 
 class LoginView(auth_views.LoginView):
-    """Django's login page, with attempts throttled per username and per client address: 429 + Retry-After."""
+    """Django's login page. Failed attempts are counted (dispatch_site.throttles.LoginFailures); a login whose
+    username or address failed too often answers 429 + Retry-After without checking the password, except
+    from an address the user logged in from before (a stranger cannot lock the user out)."""
 
     redirect_authenticated_user = True
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        wait = login_retry_after(request)
+        self.failures = LoginFailures(request)
+        wait = self.failures.retry_after()
         if wait is not None:
             context = self.get_context_data(form=self.get_form_class()(request), throttled_for=wait)
             response = self.render_to_response(context, status=429)
             response["Retry-After"] = str(wait)
             return response
         return super().post(request, *args, **kwargs)
+
+    def form_invalid(self, form: Any) -> HttpResponse:
+        self.failures.failed()
+        return super().form_invalid(form)
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        self.failures.succeeded()
+        return super().form_valid(form)
 
 
 # ---------------------------------------------------------------- API tokens

@@ -23,22 +23,38 @@ def _login(client: Client, username: str, password: str, address: str) -> Any:
     return client.post("/login/", {"username": username, "password": password}, REMOTE_ADDR=address)
 
 
-def test_login_attempts_per_username_are_429_with_retry_after_from_any_address(
+def test_failed_logins_per_username_lock_out_unknown_addresses_but_never_the_right_password_from_a_known_one(
     settings: Any, client: Client, plain_user: tuple[User, str]
 ) -> None:
-    _rates(settings, login_user="3/m")
-    for i in range(3):
-        assert _login(client, "uma", "wrong", f"10.0.0.{i}").status_code == 200  # the form again
-    throttled = _login(client, "uma", "pw-uma", "10.0.0.9")  # even the right password, from a new address
+    """The attack (issue 22): anyone could lock `uma` out by sending logins with her name, because every
+    attempt counted before the password was checked. Now only failures count, and a stranger's failures never
+    reach uma's right password from an address she logged in from before."""
+    _rates(settings, login_user="3/m", login_address="100/m")
+    assert _login(client, "uma", "pw-uma", "10.1.1.1").status_code == 302  # uma's known address
+    client.logout()
+    for i in range(10):  # the stranger, from other addresses
+        response = _login(client, "uma", "wrong", f"10.0.0.{i}")
+        assert response.status_code == (200 if i < 3 else 429), i
+    throttled = _login(client, "uma", "pw-uma", "10.0.0.99")  # the right password, from a new address
     assert throttled.status_code == 429
     assert 1 <= int(throttled["Retry-After"]) <= 60
     assert b"Too many login attempts" in throttled.content
     assert "_auth_user_id" not in client.session
+    # uma, from her known address, logs in whatever the stranger did.
+    assert _login(client, "uma", "pw-uma", "10.1.1.1").status_code == 302
+    client.logout()
     # Another username is not affected.
     assert _login(client, "someone-else", "x", "10.0.0.9").status_code == 200
 
 
-def test_login_attempts_per_address_are_429_whatever_the_username(
+def test_right_passwords_are_never_counted(settings: Any, client: Client, plain_user: tuple[User, str]) -> None:
+    _rates(settings, login_user="2/m", login_address="2/m")
+    for i in range(6):
+        assert _login(client, "uma", "pw-uma", f"10.2.0.{i}").status_code == 302, i
+        client.logout()
+
+
+def test_failed_logins_per_address_are_429_whatever_the_username(
     settings: Any, client: Client, plain_user: tuple[User, str]
 ) -> None:
     _rates(settings, login_address="3/m")
@@ -52,6 +68,29 @@ def test_login_attempts_per_address_are_429_whatever_the_username(
     )
     assert forged.status_code == 429
     assert _login(client, "uma", "pw-uma", "192.0.2.8").status_code == 302  # another address logs in
+
+
+def test_behind_one_proxy_each_client_has_its_own_address(
+    settings: Any, client: Client, plain_user: tuple[User, str]
+) -> None:
+    """NUM_PROXIES=1 (deploy/: the ingress is one proxy): the address is the proxy's X-Forwarded-For entry,
+    so one client's failures do not lock out everyone behind the ingress."""
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    _rates(settings, login_address="2/m", login_user="100/m")
+    ingress = "10.244.0.5"
+
+    def through_ingress(username: str, password: str, client_address: str) -> Any:
+        return client.post(
+            "/login/",
+            {"username": username, "password": password},
+            REMOTE_ADDR=ingress,
+            HTTP_X_FORWARDED_FOR=f"1.2.3.4, {client_address}",  # the first entry is the client's own claim
+        )
+
+    for _ in range(2):
+        assert through_ingress("x", "bad", "203.0.113.1").status_code == 200
+    assert through_ingress("x", "bad", "203.0.113.1").status_code == 429
+    assert through_ingress("uma", "pw-uma", "203.0.113.2").status_code == 302
 
 
 def test_api_requests_per_user_are_429_with_retry_after(
