@@ -46,7 +46,7 @@ class Config:
     secure_ssl_redirect: bool = False
     secure_proxy_ssl_header: tuple[str, str] | None = None
     hsts_seconds: int = 0
-    readyz_detail_addresses: tuple[str, ...] = ("127.0.0.1", "::1")
+    readyz_detail_addresses: tuple[str, ...] = ()
     # Supervision (jobs.supervision): the sync interval, and how long a waiting cause may last.
     supervisor_interval_seconds: int = 10
     no_capacity_after_seconds: int = 300
@@ -198,7 +198,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
     hsts_seconds = _parse_int(
         "SECURE_HSTS_SECONDS", env.get("SECURE_HSTS_SECONDS", "0" if debug else "31536000"), 0
     )
-    readyz_raw = env.get("READYZ_DETAIL_ADDRESSES", "127.0.0.1,::1")
+    readyz_raw = env.get("READYZ_DETAIL_ADDRESSES", "")
     readyz_detail_addresses = tuple(a.strip() for a in readyz_raw.split(",") if a.strip())
 
     supervisor_interval = _parse_int(

@@ -1,8 +1,10 @@
 """/healthz says the process is up; /readyz checks each dependency.
 
 /readyz answers 200 or 503 to anyone (probes need no credentials), but names each dependency and its error
-only to the platform role (session or API token) or a caller on READYZ_DETAIL_ADDRESSES (127.0.0.1 and ::1:
-the node's own probes and an operator on the host). Errors are always logged.
+only to the platform role (API token or session), or, as an explicit opt-in, to a direct caller from an
+address on READYZ_DETAIL_ADDRESSES (empty by default). A request that came through a proxy (it carries
+X-Forwarded-For, X-Real-IP or Forwarded) never counts as a direct caller: a proxy in the same pod connects
+from 127.0.0.1 on behalf of anyone. Errors are always logged.
 """
 
 from __future__ import annotations
@@ -63,8 +65,17 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+PROXY_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_X_REAL_IP", "HTTP_FORWARDED")
+
+
+def _direct_caller_on_the_list(request: HttpRequest) -> bool:
+    if any(header in request.META for header in PROXY_HEADERS):
+        return False
+    return request.META.get("REMOTE_ADDR", "") in settings.READYZ_DETAIL_ADDRESSES
+
+
 def _may_see_details(request: HttpRequest) -> bool:
-    if request.META.get("REMOTE_ADDR", "") in settings.READYZ_DETAIL_ADDRESSES:
+    if _direct_caller_on_the_list(request):
         return True
     from dispatch_site.auth import TokenAuthentication
 

@@ -14,6 +14,11 @@ def test_healthz_needs_nothing(client: Client) -> None:
     assert response.json() == {"status": "ok"}
 
 
+# The opt-in that shows a direct caller on the host every check (the tests' client calls from 127.0.0.1).
+on_the_host = override_settings(READYZ_DETAIL_ADDRESSES=("127.0.0.1",))
+
+
+@on_the_host
 @pytest.mark.django_db
 def test_readyz_reports_database_and_redis(client: Client) -> None:
     body = client.get("/readyz").json()
@@ -21,6 +26,7 @@ def test_readyz_reports_database_and_redis(client: Client) -> None:
     assert body["checks"]["redis"]["ok"] is True
 
 
+@on_the_host
 @pytest.mark.django_db
 def test_readyz_reports_a_stopped_redis_as_down(client: Client) -> None:
     # Nothing listens on port 1: this is what a stopped Redis looks like to the service.
@@ -34,6 +40,7 @@ def test_readyz_reports_a_stopped_redis_as_down(client: Client) -> None:
     assert body["checks"]["database"]["ok"] is True
 
 
+@on_the_host
 @pytest.mark.django_db
 def test_readyz_reports_an_unreachable_kubernetes_api(client: Client, tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
@@ -89,3 +96,32 @@ def test_readyz_gives_details_to_platform_by_token_or_session_not_to_a_plain_use
     assert "checks" in client.get("/readyz", REMOTE_ADDR=REMOTE).json()
     client.login(username="uma", password="pw-uma")
     assert "checks" not in client.get("/readyz", REMOTE_ADDR=REMOTE).json()
+
+
+@pytest.mark.django_db
+def test_by_default_no_address_sees_details_not_even_localhost(client: Client) -> None:
+    """Safe default (issue 22): READYZ_DETAIL_ADDRESSES is empty unless set; before, 127.0.0.1 and ::1 saw
+    every dependency's error."""
+    from dispatch_site.config import load_config
+
+    assert load_config({"DEBUG": "false", "SECRET_KEY": "x" * 50}).readyz_detail_addresses == ()
+    with override_settings(READYZ_DETAIL_ADDRESSES=load_config({"DEBUG": "1"}).readyz_detail_addresses):
+        for address in ("127.0.0.1", "::1"):
+            assert set(client.get("/readyz", REMOTE_ADDR=address).json()) == {"status"}
+
+
+@on_the_host
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"HTTP_X_FORWARDED_FOR": "203.0.113.9"},
+        {"HTTP_X_REAL_IP": "203.0.113.9"},
+        {"HTTP_FORWARDED": "for=203.0.113.9"},
+    ],
+)
+def test_a_same_pod_proxy_does_not_count_as_localhost(client: Client, header: dict[str, str]) -> None:
+    """A proxy beside dispatch in the pod connects from 127.0.0.1 for any client: with the opt-in set to
+    127.0.0.1, a proxied request still sees only the status."""
+    assert "checks" in client.get("/readyz", REMOTE_ADDR="127.0.0.1").json()
+    assert set(client.get("/readyz", REMOTE_ADDR="127.0.0.1", **header).json()) == {"status"}
