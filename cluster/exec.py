@@ -53,12 +53,15 @@ class PodInfo:
     deleting: bool  # has a deletionTimestamp
     containers: tuple[str, ...]
     labels: dict[str, str]
+    uid: str = ""
+    owner_uid: str = ""  # its controller's (a Job's) uid, "" without one
 
     @classmethod
     def from_api(cls, pod: Any) -> PodInfo:
         meta = pod.metadata
         labels = dict(meta.labels or {})
         annotations = meta.annotations or {}
+        owner = next((o for o in meta.owner_references or [] if o.controller), None)
         return cls(
             name=meta.name,
             namespace=meta.namespace,
@@ -69,6 +72,8 @@ class PodInfo:
             deleting=meta.deletion_timestamp is not None,
             containers=tuple(c.name for c in (pod.spec.containers if pod.spec else None) or []),
             labels=labels,
+            uid=str(meta.uid or ""),
+            owner_uid=str(owner.uid) if owner is not None else "",
         )
 
 
@@ -326,19 +331,19 @@ class _Capped:
         return "".join(self.parts)
 
 
-def exec_in_pod(
-    namespace: str,
-    pod: str,
-    container: str,
-    argv: list[str],
-    *,
-    timeout: float,
-    max_bytes: int,
-) -> ExecOutput:
-    """Run argv (no TTY, no stdin) in the pod's container; wait at most `timeout` seconds for it.
+@dataclass
+class ExecStream:
+    """An exec whose command runs: the stream is open (exec_open), its output not read yet (exec_collect)."""
 
-    NotFound: the pod is gone. Rejected: the API server refused (no such container, pod not running).
-    ExecTimeout: still running after `timeout`. ClusterUnavailable: the API server could not be reached."""
+    what: str
+    resp: Any
+    timeout: float
+
+
+def exec_open(namespace: str, pod: str, container: str, argv: list[str], *, timeout: float) -> ExecStream:
+    """Start argv (no TTY, no stdin) in the pod's container: once this returns, the API server has the
+    stream open and the command runs. NotFound: the pod is gone. Rejected: the API server refused (no such
+    container, pod not running). ClusterUnavailable: the API server could not be reached."""
     what = target(POD, namespace, pod)
     connect_timeout, _ = request_timeout()
     exec_core = _exec_core()
@@ -365,7 +370,14 @@ def exec_in_pod(
         raise translate_handshake(exc, what) from None
     except (OSError, websocket.WebSocketException) as exc:
         raise ClusterUnavailable(what, f"exec failed: {exc}") from None
+    return ExecStream(what=what, resp=resp, timeout=float(timeout))
 
+
+def exec_collect(started: ExecStream, *, max_bytes: int) -> ExecOutput:
+    """Read an open exec's stdout and stderr until the command ends, at most its timeout from now; then its
+    exit status. ExecTimeout: still running after the timeout (the stream is closed). ClusterUnavailable: the
+    stream broke."""
+    what, resp, timeout = started.what, started.resp, started.timeout
     budget = [max_bytes]
     out, err = _Capped(budget), _Capped(budget)
     status_text: list[str] = []
@@ -402,3 +414,17 @@ def exec_in_pod(
     if timed_out:
         raise ExecTimeout(what, f"the command was still running after {timeout:g}s", output)
     return output
+
+
+def exec_in_pod(
+    namespace: str,
+    pod: str,
+    container: str,
+    argv: list[str],
+    *,
+    timeout: float,
+    max_bytes: int,
+) -> ExecOutput:
+    """Run argv (no TTY, no stdin) in the pod's container; wait at most `timeout` seconds for it
+    (exec_open, then exec_collect: their errors)."""
+    return exec_collect(exec_open(namespace, pod, container, argv, timeout=timeout), max_bytes=max_bytes)

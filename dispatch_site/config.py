@@ -51,6 +51,8 @@ class Config:
     supervisor_interval_seconds: int = 10
     no_capacity_after_seconds: int = 300
     stuck_after_seconds: int = 300
+    # Interactive sessions: the longest a session may live (the sweep closes it then).
+    session_max_lifetime_seconds: int = 24 * 3600
 
 
 def _parse_bool(name: str, raw: str) -> bool:
@@ -208,11 +210,15 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
         "NO_CAPACITY_AFTER_SECONDS", env.get("NO_CAPACITY_AFTER_SECONDS", "300"), 0
     )
     stuck_after = _parse_int("STUCK_AFTER_SECONDS", env.get("STUCK_AFTER_SECONDS", "300"), 0)
+    session_max_lifetime = _parse_int(
+        "SESSION_MAX_LIFETIME_SECONDS", env.get("SESSION_MAX_LIFETIME_SECONDS", str(24 * 3600)), 60
+    )
 
     return Config(
         supervisor_interval_seconds=supervisor_interval,
         no_capacity_after_seconds=no_capacity_after,
         stuck_after_seconds=stuck_after,
+        session_max_lifetime_seconds=session_max_lifetime,
         debug=debug,
         secret_key=secret_key,
         allowed_hosts=allowed_hosts,

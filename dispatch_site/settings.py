@@ -205,6 +205,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "jobs.submission.tasks.executions_resubmit_stale",
         "schedule": 60.0,
     },
+    # Sessions whose watcher message was lost, closing sessions, expired sessions (jobs.sessions).
+    "sessions-sweep": {
+        "task": "jobs.sessions.tasks.sessions_sweep",
+        "schedule": 30.0,
+        "options": {"expires": 30.0},
+    },
     "supervise": {
         "task": "jobs.supervision.tasks.supervise",
         "schedule": float(CONFIG.supervisor_interval_seconds),
@@ -238,3 +244,5 @@ SESSION_EXEC_TIMEOUT_SECONDS = 60
 SESSION_EXEC_TIMEOUT_MAX_SECONDS = 600
 SESSION_EXEC_MAX_OUTPUT_BYTES = 1024 * 1024
 SESSION_CLOSE_TIMEOUT_SECONDS = 180
+# How long a session may live from its open; the sweep closes it then, and exec is refused after it.
+SESSION_MAX_LIFETIME_SECONDS = CONFIG.session_max_lifetime_seconds

@@ -1,6 +1,7 @@
 """Throttles counted in Redis (the `throttle` cache): API requests per user, failed logins per username, per
-client address and per (username, address) pair (LoginFailures). Rates are settings (THROTTLE_RATES, from the environment); a throttled API request is a
-429 with Retry-After (DRF), a throttled login too (dispatch_site.views.LoginView).
+client address and per (username, address) pair (LoginFailures). Rates are settings (THROTTLE_RATES, from the
+environment); a throttled API request is a 429 with Retry-After (DRF), a throttled login too
+(dispatch_site.views.LoginView).
 
 When Redis does not answer, requests pass (and a warning is logged): throttling is a guard, and the service
 should not turn a Redis outage into refusing every request.
@@ -86,7 +87,7 @@ class LoginFailures:
         self.cache = caches["throttle"]
         username = str(request.POST.get("username", ""))
         self.user = _username_key(username) if username else ""
-        self.address = _digest(ApiUserThrottle().get_ident(request) or "")
+        self.address = _digest(ApiUserThrottle().get_ident(request) or "")  # type: ignore[arg-type]
         self.counters: list[tuple[str, str | None]] = [
             (f"login-failures:pair:{self.user}:{self.address}", settings.THROTTLE_RATES.get("login-user"))
         ]

@@ -17,6 +17,7 @@ EXECUTIONS_RESUBMIT_STALE: Final = "jobs.submission.tasks.executions_resubmit_st
 SUPERVISE: Final = "jobs.supervision.tasks.supervise"
 SESSION_WATCH: Final = "jobs.sessions.tasks.session_watch"
 SESSION_CLOSE_WATCH: Final = "jobs.sessions.tasks.session_close_watch"
+SESSIONS_SWEEP: Final = "jobs.sessions.tasks.sessions_sweep"
 
 
 def send(name: str, *args: Any, countdown: float | None = None) -> None:

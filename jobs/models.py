@@ -238,7 +238,15 @@ class Session(models.Model):
     message = models.TextField(blank=True, default="")
     warning = models.TextField(blank=True, default="")
     pod = models.CharField(max_length=253, blank=True, default="")
+    pod_uid = models.CharField(max_length=64, blank=True, default="")  # exec goes to this pod only
     container = models.CharField(max_length=63, default="node")
+    # Containers of the trainer pod commands may run in: `container` and those the runtime marked exec-able
+    # (its `<label domain>/exec-containers` annotation), fixed when the session opened.
+    exec_containers = models.JSONField(default=list, blank=True)
+    # The label domain the session's objects carry, fixed at open: watch, close and clean-up find them after
+    # the platform changed the site's domain ("" on rows older than this field: the site's current domain).
+    label_domain = models.CharField(max_length=253, blank=True, default="")
+    trainjob_uid = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)  # running since

@@ -26,6 +26,7 @@ from dispatch_site.names import dns1123_label_problem
 from dispatch_site.roles import NamespaceNotGranted
 from dispatch_site.schema import NOT_BLANK
 from jobs.models import Session, SessionState
+from jobs.naming import JOB_ID_PREFIX, JOB_ID_RANDOM_CHARS, trainjob_name_prefix
 from jobs.serializers import EnvField, ImageField, JobSpecSerializer, RuntimeRefSerializer
 from jobs.sessions import errors, execute, rules, selectors, services
 from jobs.spec import ARGS_MAX_ITEMS, NUM_NODES_MAX, RuntimeRef
@@ -40,10 +41,21 @@ def _name_problem(value: str) -> str | None:
         return problem
     if not value[0].isalpha():
         return "must start with a letter (a TrainJob name is an RFC 1035 label)"
+    if trainjob_name_prefix(value) is not None:
+        return (
+            "must not have the shape of a job's TrainJob name (<job id>-<attempt>, alone or followed by "
+            "'-'): that name, and the names of its JobSet's children, belong to a job's attempt"
+        )
     return None
 
 
-@extend_schema_field({"type": "string", "pattern": "^[a-z]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63})
+# An RFC 1035 label that does not start with a job's TrainJob name "<job id>-<attempt>" (then '-' or the end).
+SESSION_NAME_PATTERN = (
+    rf"^(?!{JOB_ID_PREFIX}[a-z2-7]{{{JOB_ID_RANDOM_CHARS}}}-[0-9]+(-|$))[a-z]([-a-z0-9]*[a-z0-9])?$"
+)
+
+
+@extend_schema_field({"type": "string", "pattern": SESSION_NAME_PATTERN, "maxLength": 63})
 class TrainJobNameField(serializers.CharField):
     """A TrainJob name (an RFC 1035 label: _name_problem), its pattern in the schema."""
 
@@ -417,7 +429,7 @@ class SessionExecApi(APIView):
                 container=data.get("container"),
                 timeout_seconds=data.get("timeout_seconds"),
             )
-        except errors.NotSessionOwner as exc:
+        except (errors.NotSessionOwner, errors.ExecForbidden) as exc:
             return Response({"detail": str(exc), "state": session.state}, status=status.HTTP_403_FORBIDDEN)
         except errors.SessionNotRunning as exc:
             return _conflict(exc.session, str(exc))

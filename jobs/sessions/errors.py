@@ -34,6 +34,10 @@ class NotSessionOwner(Exception):
     """403: only the owner runs commands in a session."""
 
 
+class ExecForbidden(Exception):
+    """403: the caller's namespace grant, or the runtime's place on the allow-list, was withdrawn."""
+
+
 class SessionNotRunning(Exception):
     """409: the session is not running (its state says why); or its trainer pod is gone."""
 
@@ -43,7 +47,8 @@ class SessionNotRunning(Exception):
 
 
 class ExecRefused(Exception):
-    """400: the API server refused the exec for the request's own reason (e.g. no such container)."""
+    """400: the container is not one commands may run in, or the API server refused the exec for the
+    request's own reason."""
 
 
 class ExecTimedOut(Exception):

@@ -125,6 +125,81 @@ def session_runtime_check(
     return reasons, LAUNCHER
 
 
+# The runtime annotation (under the site's label domain) naming further containers of the trainer pod that
+# commands may run in, comma-separated; the platform reviews it with the runtime when it allow-lists it.
+EXEC_CONTAINERS_ANNOTATION: Final = "exec-containers"
+
+
+def _replicated_job(runtime: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    spec = runtime.get("spec")
+    template = spec.get("template") if isinstance(spec, Mapping) else None
+    jobset = template.get("spec") if isinstance(template, Mapping) else None
+    jobs = jobset.get("replicatedJobs") if isinstance(jobset, Mapping) else None
+    for job in jobs if isinstance(jobs, list) else []:
+        if isinstance(job, Mapping) and job.get("name") == name:
+            return job
+    return {}
+
+
+def exec_containers(runtime: Mapping[str, Any], trainer_job: str, label_domain: str) -> list[str]:
+    """The containers of the trainer pod commands may run in: `node`, and those the runtime's
+    `<label domain>/exec-containers` annotation names that the trainer pod has. Pure."""
+    metadata = runtime.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    raw = (annotations or {}).get(f"{label_domain}/{EXEC_CONTAINERS_ANNOTATION}", "")
+    containers = _pod_spec(_replicated_job(runtime, trainer_job)).get("containers")
+    present = (
+        {c.get("name") for c in containers if isinstance(c, Mapping)}
+        if isinstance(containers, list)
+        else set()
+    )
+    named = [n.strip() for n in str(raw).split(",") if n.strip()]
+    return [NODE_CONTAINER, *dict.fromkeys(n for n in named if n in present and n != NODE_CONTAINER)]
+
+
+def container_problem(session: Session, container: str) -> str | None:
+    """Why a command may not run in this container of the session's trainer pod, else None. Pure."""
+    allowed = list(session.exec_containers or [session.container])
+    if container in allowed:
+        return None
+    names = ", ".join(allowed)
+    return (
+        f"container {container!r} is not one commands may run in: the trainer container and the containers "
+        f"its runtime marks exec-able ({names}); a runtime marks one with the annotation "
+        f"<label domain>/{EXEC_CONTAINERS_ANNOTATION}"
+    )
+
+
+def lifetime_over(session: Session, now: datetime, max_seconds: int) -> bool:
+    """Has the session reached the site's maximum session lifetime (counted from its open)? Pure."""
+    return now >= session.created_at + timedelta(seconds=max_seconds)
+
+
+def trainer_pod_problem(
+    session: Session, pod: pods.PodInfo | None, replacement: pods.PodInfo | None
+) -> str | None:
+    """Whether the session's recorded trainer pod (by name and UID) can run commands, else why not: gone,
+    finished, being deleted, re-created under the same name by someone else, or replaced by the Job (then the
+    replacement is named: dispatch does not move a session to another pod, since what ran in the old one is
+    gone). Pure."""
+    close = "close the session and open a new one"
+    if pod is not None and session.pod_uid and pod.uid != session.pod_uid:
+        return (
+            f"trainer pod {session.pod} was re-created under the same name (uid {pod.uid}, the session's was "
+            f"{session.pod_uid}): dispatch runs commands only in the pod the session started on; {close}"
+        )
+    if pod is not None and not pod.deleting and pod.phase == PHASE_RUNNING:
+        return None
+    if replacement is not None and replacement.name != session.pod:
+        return (
+            f"trainer pod {session.pod} was replaced by {replacement.name} ({replacement.phase}): what ran "
+            f"in {session.pod} is gone, and dispatch does not move a session to another pod; {close}"
+        )
+    if pod is None or pod.deleting:
+        return f"trainer pod {session.pod} is gone: the session cannot run commands; {close}"
+    return f"trainer pod {session.pod} is {pod.phase}: the session cannot run commands; {close}"
+
+
 def pick_trainer_pod(pod_list: Sequence[pods.PodInfo], replicated_job: str) -> pods.PodInfo | None:
     """The trainer pod: the first pod (job index, then completion index) of the trainer's replicated job
     that is not being deleted. Never a pod of another replicated job: an MPI launcher's pod appears only
@@ -138,6 +213,7 @@ class StartDecision:
     state: str  # starting (keep waiting), running or failed
     pod: str = ""
     message: str = ""
+    pod_uid: str = ""
 
 
 def _delete_hint(session: Session) -> str:
@@ -187,7 +263,7 @@ def decide_start(
     """What the observed trainer pod (or, without one, a creation failure) means for a starting session.
     Pure (reads the row, writes nothing)."""
     if pod is not None and pod.phase == PHASE_RUNNING:
-        return StartDecision(SessionState.RUNNING, pod.name, f"trainer pod {pod.name} is running")
+        return StartDecision(SessionState.RUNNING, pod.name, f"trainer pod {pod.name} is running", pod.uid)
     if pod is not None and pod.phase in FINISHED_PHASES:
         return StartDecision(
             SessionState.FAILED,

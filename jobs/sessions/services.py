@@ -45,10 +45,13 @@ from jobs.sessions.rules import (
     allow_list_miss,
     creation_failure,
     decide_start,
+    exec_containers,
+    lifetime_over,
     pick_trainer_pod,
     session_objects,
     session_runtime_check,
     session_spec,
+    trainer_pod_problem,
 )
 from runtimes.models import AllowListEntry, SiteSettings, runtime_ref
 from runtimes.reasons import NODE_CONTAINER, RUNTIME_NOT_ALLOWED, Reason, not_allowed_message
@@ -99,6 +102,7 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
         timeout_seconds=_timeout(request),
         trainer_replicated_job=trainer_job,
         container=NODE_CONTAINER,
+        label_domain=site.label_domain,
     )
     session.name = request.name or session.id
     if body is not None:
@@ -112,6 +116,7 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
             "names the TrainJob's runtime copy after the TrainJob, so choose another session name"
         )
     assert body is not None
+    session.exec_containers = exec_containers(body, trainer_job, site.label_domain)
     try:
         with transaction.atomic():
             session.save(force_insert=True)
@@ -133,23 +138,45 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
         ) from None
 
     copy, train_job = session_objects(
-        session=session, spec=spec, runtime=body, label_domain=site.label_domain
+        session=session, spec=spec, runtime=body, label_domain=session.label_domain
     )
-    try:
-        made_copy = create_or_adopt(TRAINING_RUNTIME, copy, site.label_domain, session.id)
-        made_job = create_trainjob_on_copy(train_job, site.label_domain, session.id)
-        own_copy(made_copy, made_job)
-    except ClusterError as exc:
-        message = f"could not create the session's objects: {exc.target}: {exc.message}"
+    # The objects are made under the session row's lock: a close that arrives meanwhile waits for them (then
+    # deletes them), and one that came first (the row is no longer starting) means nothing is made at all. So
+    # a close racing the open never leaves a TrainJob running `sleep infinity` behind.
+    with transaction.atomic():
+        locked = (
+            Session.objects.select_for_update().filter(pk=session.pk, state=SessionState.STARTING).first()
+        )
+        if locked is None:
+            session.refresh_from_db()
+            return session
+        failure: ClusterError | None = None
         try:
-            _delete_objects(session, site.label_domain)
+            made_copy = create_or_adopt(TRAINING_RUNTIME, copy, session.label_domain, session.id)
+            made_job = create_trainjob_on_copy(train_job, session.label_domain, session.id)
+            own_copy(made_copy, made_job)
+        except ClusterError as exc:
+            failure = exc
+        else:
+            uid = str((made_job.get("metadata") or {}).get("uid", ""))
+            Session.objects.filter(pk=session.pk).update(trainjob_uid=uid)
+            session.trainjob_uid = uid
+    if failure is not None:
+        message = f"could not create the session's objects: {failure.target}: {failure.message}"
+        try:
+            _delete_objects(session)
         except ClusterError as cleanup:
             message += f" (what was created could not be deleted yet: {cleanup}; closing the session does)"
         session_set_state(session, {SessionState.STARTING}, SessionState.FAILED, message=message)
         session.refresh_from_db()
-        raise SessionCreateFailed(session, message, transient=exc.transient) from None
+        raise SessionCreateFailed(session, message, transient=failure.transient) from None
     transaction.on_commit(enqueue.on_commit_send(enqueue.SESSION_WATCH, session.pk), robust=True)
     return session
+
+
+def domain_of(session: Session) -> str:
+    """The label domain the session's objects carry (the site's current one for rows older than the field)."""
+    return session.label_domain or SiteSettings.load().label_domain
 
 
 def _refused(owner: User, ref_text: str, namespace: str, reasons: list[Reason]) -> SessionRefused:
@@ -173,8 +200,8 @@ def session_set_state(session: Session, old: set[str] | frozenset[str], new: str
     )
 
 
-def _pods_of(session: Session, label_domain: str) -> list[pods.PodInfo]:
-    selector = f"{pods.JOBSET_NAME_LABEL}={session.name},{label_domain}/job={session.id}"
+def _pods_of(session: Session) -> list[pods.PodInfo]:
+    selector = f"{pods.JOBSET_NAME_LABEL}={session.name},{domain_of(session)}/job={session.id}"
     return pods.list_pods(session.namespace, selector)
 
 
@@ -186,14 +213,12 @@ def session_observe(*, session_id: str) -> Session | None:
         return session
     expired = timezone.now() >= session.created_at + timedelta(seconds=session.timeout_seconds)
     try:
-        pod = pick_trainer_pod(
-            _pods_of(session, SiteSettings.load().label_domain), session.trainer_replicated_job
-        )
+        pod = pick_trainer_pod(_pods_of(session), session.trainer_replicated_job)
     except ClusterError as exc:
+        # Nothing is decided on a read that failed, not even after the timeout: the next look (the watcher,
+        # a waiting request or the sweep) decides on what the cluster shows.
         logger.warning("session %s: cannot read its pods: %s", session.id, exc)
-        if not expired:
-            return session
-        pod = None
+        return session
     failure = None
     if pod is None and not expired:
         failure = _creation_failure(session)
@@ -203,6 +228,7 @@ def session_observe(*, session_id: str) -> Session | None:
     fields: dict[str, Any] = {"pod": decision.pod, "message": decision.message}
     if decision.state == SessionState.RUNNING:
         fields["started_at"] = timezone.now()
+        fields["pod_uid"] = decision.pod_uid
     session_set_state(session, {SessionState.STARTING}, decision.state, **fields)
     session.refresh_from_db()
     return session
@@ -243,9 +269,10 @@ def session_watch(*, session_id: str, budget_seconds: float, closing: bool = Fal
     return current.state != (SessionState.CLOSING if closing else SessionState.STARTING)
 
 
-def session_close(*, actor: User, session: Session) -> Session:
+def session_close(*, actor: User | None, session: Session, reason: str = "") -> Session:
     """Close: delete the TrainJob (and its runtime copy); the session is closed once its pods are gone.
-    Idempotent: closing a closing or closed session changes nothing."""
+    Idempotent: closing a closing or closed session changes nothing. actor None: dispatch itself (the
+    sweep), `reason` saying why."""
     now = timezone.now()
     with transaction.atomic():
         moved = session_set_state(
@@ -253,7 +280,9 @@ def session_close(*, actor: User, session: Session) -> Session:
             SESSION_NAME_HOLDERS - {SessionState.CLOSING},
             SessionState.CLOSING,
             closing_at=now,
-            message=f"closed by {actor.get_username()}",
+            message=f"closed by {actor.get_username()}"
+            if actor is not None
+            else f"closed by dispatch: {reason}",
         )
         if moved:
             audit_record(
@@ -261,7 +290,7 @@ def session_close(*, actor: User, session: Session) -> Session:
                 action="session.close",
                 object_type="session",
                 object_id=session.id,
-                details={"trainjob": f"{session.namespace}/{session.name}"},
+                details={"trainjob": f"{session.namespace}/{session.name}", "reason": reason},
             )
             transaction.on_commit(
                 enqueue.on_commit_send(enqueue.SESSION_CLOSE_WATCH, session.pk), robust=True
@@ -273,11 +302,12 @@ def session_close(*, actor: User, session: Session) -> Session:
     return current
 
 
-def _delete_objects(session: Session, label_domain: str) -> tuple[bool, bool]:
+def _delete_objects(session: Session) -> tuple[bool, bool]:
     """Delete the session's TrainJob, and its runtime copy once the TrainJob is gone (the Trainer's webhook
     refuses to let go of a TrainJob whose runtime is gone first; the garbage collector usually takes the
     copy with its owner). Only objects labelled with this session's id are touched. Returns whether the
     TrainJob and the copy were still there."""
+    label_domain = domain_of(session)
     trainjob = gateway.get_namespaced(TRAINJOB, session.namespace, session.name)
     has_job = trainjob is not None and is_ours(trainjob, label_domain, session.id)
     if has_job and trainjob is not None and not (trainjob.get("metadata") or {}).get("deletionTimestamp"):
@@ -295,9 +325,9 @@ def session_close_observe(*, session_id: str) -> Session | None:
     session = Session.objects.filter(pk=session_id).first()
     if session is None or session.state != SessionState.CLOSING:
         return session
-    label_domain = SiteSettings.load().label_domain
+    label_domain = domain_of(session)
     try:
-        trainjob, copy = _delete_objects(session, label_domain)
+        trainjob, copy = _delete_objects(session)
         left = pods.list_pods(session.namespace, f"{label_domain}/job={session.id}")
     except ClusterError as exc:
         logger.warning("session %s: closing: %s", session.id, exc)
@@ -319,3 +349,75 @@ def session_close_observe(*, session_id: str) -> Session | None:
         )
     session.refresh_from_db()
     return session
+
+
+# ---------------------------------------------------------------- the sweep
+
+
+SWEEP_BATCH = 200  # sessions looked at per state per sweep, the longest-waiting first
+
+
+def session_check_pod(*, session_id: str) -> Session | None:
+    """A running session's trainer pod, by name and UID: still running, or the session fails naming what
+    happened (gone, finished, re-created under its name by someone else, replaced by the Job). A read that
+    fails decides nothing."""
+    session = Session.objects.filter(pk=session_id).first()
+    if session is None or session.state != SessionState.RUNNING:
+        return session
+    try:
+        problem = pod_problem(session)
+    except ClusterError as exc:
+        logger.warning("session %s: cannot read its trainer pod: %s", session.id, exc)
+        return session
+    if problem is not None:
+        session_set_state(session, {SessionState.RUNNING}, SessionState.FAILED, message=problem)
+        session.refresh_from_db()
+    return session
+
+
+def pod_problem(session: Session) -> str | None:
+    """trainer_pod_problem on what the cluster shows now (ClusterError when it cannot be read)."""
+    pod = pods.get_pod(session.namespace, session.pod)
+    replacement = None
+    if (
+        pod is None
+        or pod.deleting
+        or pod.phase != "Running"
+        or (session.pod_uid and pod.uid != session.pod_uid)
+    ):
+        replacement = pick_trainer_pod(_pods_of(session), session.trainer_replicated_job)
+    return trainer_pod_problem(session, pod, replacement)
+
+
+def sessions_sweep(*, now: Any = None) -> dict[str, int]:
+    """The beat's look at every session that is waiting on something, in case its watcher's message was
+    lost: starting sessions are observed (running, failed, or still starting), closing ones are moved on
+    (objects deleted, closed once the pods are gone), running ones past the site's maximum lifetime
+    (SESSION_MAX_LIFETIME_SECONDS) are closed, and the others' trainer pods are checked. Every step is the
+    same compare-and-set the watchers and requests use, so a sweep racing them is harmless."""
+    now = now or timezone.now()
+    counts = {"starting": 0, "closing": 0, "expired": 0, "checked": 0}
+    for session_id in _oldest(SessionState.STARTING):
+        session_observe(session_id=session_id)
+        counts["starting"] += 1
+    for session in Session.objects.filter(state=SessionState.RUNNING).order_by("created_at")[:SWEEP_BATCH]:
+        if lifetime_over(session, now, settings.SESSION_MAX_LIFETIME_SECONDS):
+            session_close(
+                actor=None,
+                session=session,
+                reason=f"it reached the maximum session lifetime ({settings.SESSION_MAX_LIFETIME_SECONDS}s)",
+            )
+            counts["expired"] += 1
+        else:
+            session_check_pod(session_id=session.pk)
+            counts["checked"] += 1
+    for session_id in _oldest(SessionState.CLOSING):
+        session_close_observe(session_id=session_id)
+        counts["closing"] += 1
+    return counts
+
+
+def _oldest(state: str) -> list[str]:
+    return list(
+        Session.objects.filter(state=state).order_by("updated_at").values_list("pk", flat=True)[:SWEEP_BATCH]
+    )

@@ -27,3 +27,9 @@ def session_close_watch(session_id: str) -> None:
     )
     if not done:
         enqueue.send(enqueue.SESSION_CLOSE_WATCH, session_id, countdown=1)
+
+
+@shared_task(name=enqueue.SESSIONS_SWEEP, ignore_result=True)
+def sessions_sweep() -> None:
+    """Beat: sessions whose watcher message was lost, closing ones, expired ones, trainer pods."""
+    services.sessions_sweep()

@@ -47,7 +47,9 @@ def test_failed_logins_per_username_lock_out_unknown_addresses_but_never_the_rig
     assert _login(client, "someone-else", "x", "10.0.0.9").status_code == 200
 
 
-def test_right_passwords_are_never_counted(settings: Any, client: Client, plain_user: tuple[User, str]) -> None:
+def test_right_passwords_are_never_counted(
+    settings: Any, client: Client, plain_user: tuple[User, str]
+) -> None:
     _rates(settings, login_user="2/m", login_address="2/m")
     for i in range(6):
         assert _login(client, "uma", "pw-uma", f"10.2.0.{i}").status_code == 302, i

@@ -28,6 +28,7 @@ JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 RJOB = "jobset.sigs.k8s.io/replicatedjob-name"
 IMAGE = "localhost/dispatch-busybox:kind"
 PROBE = "launcher-probe"  # a container only the launcher pod has: the API server refuses it for any other pod
+EXEC_CONTAINERS = "dispatch.dev/exec-containers"
 
 
 def mpi_interactive(
@@ -43,7 +44,8 @@ def mpi_interactive(
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "TrainingRuntime",
-        "metadata": {"name": name, "namespace": namespace},
+        # The launcher's probe container is one commands may run in (besides node): the runtime says so.
+        "metadata": {"name": name, "namespace": namespace, "annotations": {EXEC_CONTAINERS: PROBE}},
         "spec": {
             "mlPolicy": {
                 "numNodes": 3,
