@@ -53,6 +53,11 @@ class Config:
     stuck_after_seconds: int = 300
     # Interactive sessions: the longest a session may live (the sweep closes it then).
     session_max_lifetime_seconds: int = 24 * 3600
+    # The web server (dispatch_site/gunicorn.conf.py) and its long requests (dispatch_site.longrequests).
+    web_workers: int = 2
+    web_threads: int = 16
+    long_requests_per_process: int = 8
+    long_requests_per_user: int = 4
 
 
 def _parse_bool(name: str, raw: str) -> bool:
@@ -210,6 +215,17 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
         "NO_CAPACITY_AFTER_SECONDS", env.get("NO_CAPACITY_AFTER_SECONDS", "300"), 0
     )
     stuck_after = _parse_int("STUCK_AFTER_SECONDS", env.get("STUCK_AFTER_SECONDS", "300"), 0)
+    web_workers = _parse_int("WEB_WORKERS", env.get("WEB_WORKERS", "2"), 1)
+    web_threads = _parse_int("WEB_THREADS", env.get("WEB_THREADS", "16"), 2)
+    long_per_process = _parse_int(
+        "LONG_REQUESTS_PER_PROCESS", env.get("LONG_REQUESTS_PER_PROCESS", str(web_threads // 2)), 1
+    )
+    if long_per_process >= web_threads:
+        raise ConfigError(
+            f"LONG_REQUESTS_PER_PROCESS={long_per_process} must be below WEB_THREADS={web_threads}: the "
+            "threads left over serve everything else, the probes included"
+        )
+    long_per_user = _parse_int("LONG_REQUESTS_PER_USER", env.get("LONG_REQUESTS_PER_USER", "4"), 1)
     session_max_lifetime = _parse_int(
         "SESSION_MAX_LIFETIME_SECONDS", env.get("SESSION_MAX_LIFETIME_SECONDS", str(24 * 3600)), 60
     )
@@ -219,6 +235,10 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
         no_capacity_after_seconds=no_capacity_after,
         stuck_after_seconds=stuck_after,
         session_max_lifetime_seconds=session_max_lifetime,
+        web_workers=web_workers,
+        web_threads=web_threads,
+        long_requests_per_process=long_per_process,
+        long_requests_per_user=long_per_user,
         debug=debug,
         secret_key=secret_key,
         allowed_hosts=allowed_hosts,

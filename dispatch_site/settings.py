@@ -244,5 +244,10 @@ SESSION_EXEC_TIMEOUT_SECONDS = 60
 SESSION_EXEC_TIMEOUT_MAX_SECONDS = 600
 SESSION_EXEC_MAX_OUTPUT_BYTES = 1024 * 1024
 SESSION_CLOSE_TIMEOUT_SECONDS = 180
+# Long requests (exec, ?wait=, logs?follow=true): dispatch_site.longrequests. The key prefix lets tests count
+# apart.
+LONG_REQUESTS_PER_PROCESS = CONFIG.long_requests_per_process
+LONG_REQUESTS_PER_USER = CONFIG.long_requests_per_user
+LONG_REQUESTS_KEY_PREFIX = "v1"
 # How long a session may live from its open; the sweep closes it then, and exec is refused after it.
 SESSION_MAX_LIFETIME_SECONDS = CONFIG.session_max_lifetime_seconds

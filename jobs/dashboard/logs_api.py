@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 from cluster import logs as cluster_logs
 from cluster.errors import ClusterError, NotFound, Rejected
 from dispatch_site.api import DetailSerializer, StrictSerializer
+from dispatch_site.longrequests import released_after, take_slot
 from jobs import selectors
 from jobs.models import Job
 from runtimes.selectors import site_settings
@@ -163,15 +164,22 @@ class JobLogsApi(APIView):
                 restart_attempt=params.get("restart_attempt"),
             )
             if params["follow"] and pod.phase in ("Pending", "Running"):
-                chunks = cluster_logs.follow_log(
-                    job.namespace,
-                    pod.name,
-                    container,
-                    tail_lines=params["tail"],
-                    limit_bytes=MAX_BYTES,
-                    max_seconds=FOLLOW_SECONDS,
+                slot = take_slot(request.user)  # 429 / 503 with Retry-After: long requests are capped
+                try:
+                    chunks = cluster_logs.follow_log(
+                        job.namespace,
+                        pod.name,
+                        container,
+                        tail_lines=params["tail"],
+                        limit_bytes=MAX_BYTES,
+                        max_seconds=FOLLOW_SECONDS,
+                    )
+                except BaseException:
+                    slot.release()
+                    raise
+                streaming = StreamingHttpResponse(
+                    released_after(chunks, slot), content_type="text/plain; charset=utf-8"
                 )
-                streaming = StreamingHttpResponse(chunks, content_type="text/plain; charset=utf-8")
                 streaming["X-Accel-Buffering"] = "no"
                 _headers(streaming, pod, attempt)
                 return streaming

@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers, status
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import Throttled, ValidationError
 from rest_framework.generics import ListAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 from cluster.errors import ClusterError
 from dispatch_site.api import CreatedCursorPagination, StrictSerializer
 from dispatch_site.fields import Dns1123LabelField, StrictIntegerField, problem_validator
+from dispatch_site.longrequests import ServerBusy, long_request
 from dispatch_site.names import dns1123_label_problem
 from dispatch_site.roles import NamespaceNotGranted
 from dispatch_site.schema import NOT_BLANK
@@ -363,8 +364,12 @@ class SessionListCreateApi(ListAPIView):
             )
         except ClusterError as exc:
             return _unavailable(exc)
-        if wait:
-            session = services.session_wait(session=session, seconds=wait)
+        if wait and session.state == SessionState.STARTING:
+            try:
+                with long_request(owner):
+                    session = services.session_wait(session=session, seconds=wait)
+            except (Throttled, ServerBusy):
+                pass  # opened all the same: 202, the caller polls the status URL instead of waiting here
         code = status.HTTP_202_ACCEPTED if session.state == SessionState.STARTING else status.HTTP_200_OK
         return Response(
             SessionSerializer(session).data,
@@ -394,7 +399,11 @@ class SessionDetailApi(APIView):
         assert isinstance(request.user, User)
         session = services.session_close(actor=request.user, session=session)
         if wait and session.state == SessionState.CLOSING:
-            session = services.session_wait(session=session, seconds=wait, closing=True)
+            try:
+                with long_request(request.user):
+                    session = services.session_wait(session=session, seconds=wait, closing=True)
+            except (Throttled, ServerBusy):
+                pass  # closing all the same: 202, the caller polls
         code = status.HTTP_202_ACCEPTED if session.state == SessionState.CLOSING else status.HTTP_200_OK
         return Response(SessionSerializer(session).data, status=code)
 
@@ -407,6 +416,7 @@ class SessionExecApi(APIView):
             400: SessionErrorSerializer,
             403: SessionErrorSerializer,
             409: SessionErrorSerializer,
+            429: SessionErrorSerializer,
             503: SessionErrorSerializer,
             504: ExecTimeoutSerializer,
         },
@@ -422,13 +432,14 @@ class SessionExecApi(APIView):
         actor = request.user
         assert isinstance(actor, User)
         try:
-            result = execute.session_exec(
-                actor=actor,
-                session=session,
-                command=data["command"],
-                container=data.get("container"),
-                timeout_seconds=data.get("timeout_seconds"),
-            )
+            with long_request(actor):  # 429 / 503 with Retry-After when no slot is free
+                result = execute.session_exec(
+                    actor=actor,
+                    session=session,
+                    command=data["command"],
+                    container=data.get("container"),
+                    timeout_seconds=data.get("timeout_seconds"),
+                )
         except (errors.NotSessionOwner, errors.ExecForbidden) as exc:
             return Response({"detail": str(exc), "state": session.state}, status=status.HTTP_403_FORBIDDEN)
         except errors.SessionNotRunning as exc:

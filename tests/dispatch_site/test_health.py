@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.test import Client, override_settings
@@ -124,4 +125,5 @@ def test_a_same_pod_proxy_does_not_count_as_localhost(client: Client, header: di
     """A proxy beside dispatch in the pod connects from 127.0.0.1 for any client: with the opt-in set to
     127.0.0.1, a proxied request still sees only the status."""
     assert "checks" in client.get("/readyz", REMOTE_ADDR="127.0.0.1").json()
-    assert set(client.get("/readyz", REMOTE_ADDR="127.0.0.1", **header).json()) == {"status"}
+    meta: dict[str, Any] = {"REMOTE_ADDR": "127.0.0.1", **header}
+    assert set(client.get("/readyz", **meta).json()) == {"status"}
