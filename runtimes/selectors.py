@@ -150,10 +150,22 @@ def get_runtime(kind: str, namespace: str, name: str, *, max_age: float = 0.0) -
     return _shown(gateway.get_runtime(kind, namespace, name, max_age=max_age))
 
 
-def _readable(user: AnyUser) -> Callable[[RuntimeKey], bool]:
-    """ClusterTrainingRuntimes for everyone; TrainingRuntimes from the caller's granted namespaces."""
+def runtime_readable(user: AnyUser) -> Callable[[RuntimeKey], bool]:
+    """ClusterTrainingRuntimes for everyone; TrainingRuntimes from the caller's granted namespaces (the
+    platform role: all). Every page and answer that shows a runtime keeps only these."""
     may_read = roles.namespace_reader(user)
     return lambda key: key[0] == RuntimeKind.CLUSTER or may_read(key[1])
+
+
+_readable = runtime_readable
+
+
+def cluster_error_for(user: AnyUser, exc: ClusterError) -> str:
+    """What a user is told when the cluster cannot be read: the API server's own text for the platform role
+    only (it can name other namespaces and the server's address)."""
+    if roles.is_platform(user):
+        return str(exc)
+    return "the Kubernetes API server could not be read (the platform role sees why): recorded verdicts shown"
 
 
 def runtimes_overview(user: AnyUser) -> RuntimesOverview:
@@ -171,7 +183,7 @@ def runtimes_overview(user: AnyUser) -> RuntimesOverview:
     except ClusterError as exc:
         recorded = latest_verdicts()
         rows = [_recorded_row(key, entry, recorded.get(key)) for key, entry in entries.items()]
-        return RuntimesOverview(rows=rows, cluster_error=str(exc))
+        return RuntimesOverview(rows=rows, cluster_error=cluster_error_for(user, exc))
     live = {
         (o.kind, o.namespace, o.name): o
         for o in listed
@@ -194,8 +206,8 @@ def runtime_detail(user: AnyUser, kind: str, namespace: str, name: str) -> tuple
     except ClusterError as exc:
         recorded = latest_verdicts().get(key)
         if entry is None and recorded is None:
-            return None, str(exc)
-        return _recorded_row(key, entry, recorded), str(exc)
+            return None, cluster_error_for(user, exc)
+        return _recorded_row(key, entry, recorded), cluster_error_for(user, exc)
     if obj is None and entry is None:
         return None, ""
     return _live_row(obj, key, entry, site_rules()), ""

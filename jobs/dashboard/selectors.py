@@ -1,5 +1,7 @@
-"""Reads for the overview (home) and the refusals page. Every job read starts from jobs_visible_to, so a
-user sees counts, codes and jobs of what their grants allow and nothing else."""
+"""Reads for the overview (home) and the refusals page. Every job read starts from jobs_visible_to, and every
+runtime read keeps only the runtimes the user may read (ClusterTrainingRuntimes; TrainingRuntimes of granted
+namespaces; the platform role all), so a user sees counts, codes, jobs and runtimes of what their grants allow
+and nothing else. Error text from the API server and the supervisor is the platform role's only."""
 
 from __future__ import annotations
 
@@ -12,12 +14,13 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from dispatch_site import roles
 from dispatch_site.causes import Cause
 from jobs.models import ACTIVE_STATES, Job, JobState, SupervisorCycle
 from jobs.selectors import jobs_visible_to, window_start
 from runtimes.fixes import Fix, fix_for
 from runtimes.models import AllowListEntry, RuntimeVerdict, runtime_ref
-from runtimes.selectors import latest_verdicts
+from runtimes.selectors import latest_verdicts, runtime_readable
 
 RECENT_VERDICTS = timedelta(days=7)
 LIST_CAP = 20  # jobs named per refusal code (the count says how many there are)
@@ -143,7 +146,7 @@ def refusals(
                 )
     # Namespace and owner filters are about jobs; a runtime is nobody's, so they leave runtimes out.
     if not (namespace or owner or window):
-        for runtime_row in refused_runtimes():
+        for runtime_row in refused_runtimes(user):
             if runtime and runtime_row.name != runtime:
                 continue
             by_code: dict[str, list[str]] = defaultdict(list)
@@ -174,12 +177,14 @@ class RuntimeRefusal:
     checked_at: datetime
 
 
-def refused_runtimes() -> list[RuntimeRefusal]:
-    """Allow-listed runtimes whose newest recorded verdict refuses them (the re-check's history)."""
+def refused_runtimes(user: Any) -> list[RuntimeRefusal]:
+    """Allow-listed runtimes the user may read whose newest recorded verdict refuses them (the re-check's
+    history)."""
+    readable = runtime_readable(user)
     allowed = {(e.kind, e.namespace, e.name) for e in AllowListEntry.objects.all()}
     rows = []
     for key, verdict in latest_verdicts().items():
-        if key not in allowed or not verdict.refused:
+        if key not in allowed or not verdict.refused or not readable(key):
             continue
         reasons = [r for r in verdict.verdict.get("reasons", []) if not r.get("waived")]
         rows.append(
@@ -217,12 +222,23 @@ class VerdictChange:
     before_codes: list[str]
 
 
-def verdict_changes(*, now: datetime | None = None, limit: int = 15) -> list[VerdictChange]:
-    """The newest verdict rows of the last week, each with the verdict it replaced."""
+def verdict_changes(user: Any, *, now: datetime | None = None, limit: int = 15) -> list[VerdictChange]:
+    """The newest verdict rows of the last week of runtimes the user may read, each with the verdict it
+    replaced. A runtime that never existed (a typo, a made-up name) makes no entry: a "not found" verdict
+    counts only when the runtime existed before it."""
     since = (now or timezone.now()) - RECENT_VERDICTS
-    recent = list(RuntimeVerdict.objects.filter(checked_at__gte=since).order_by("-checked_at", "-id")[:limit])
+    readable = runtime_readable(user)
+    namespaces = roles.namespace_reader(user)
+    recent_rows = RuntimeVerdict.objects.filter(checked_at__gte=since).order_by("-checked_at", "-id")
+    if not roles.is_platform(user) and not namespaces(roles.ALL_NAMESPACES):
+        granted = roles.granted_namespaces(user)
+        recent_rows = recent_rows.filter(Q(namespace="") | Q(namespace__in=granted))
     changes = []
-    for row in recent:
+    for row in recent_rows.iterator(chunk_size=200):
+        if len(changes) >= limit:
+            break
+        if not readable((row.kind, row.namespace, row.name)):
+            continue
         before = (
             RuntimeVerdict.objects.filter(
                 kind=row.kind, namespace=row.namespace, name=row.name, id__lt=row.id
@@ -230,6 +246,8 @@ def verdict_changes(*, now: datetime | None = None, limit: int = 15) -> list[Ver
             .order_by("-id")
             .first()
         )
+        if row.runtime is None and (before is None or before.runtime is None):
+            continue  # never existed: nothing changed
         changes.append(
             VerdictChange(
                 ref=runtime_ref(row.kind, row.namespace, row.name),
@@ -258,7 +276,9 @@ class SupervisorHealth:
     error: str
 
 
-def supervisor_health(*, now: datetime | None = None) -> SupervisorHealth:
+def supervisor_health(user: Any, *, now: datetime | None = None) -> SupervisorHealth:
+    """The supervisor's last cycle; its error text only for the platform role (it can name other
+    namespaces' objects and the API server's answers)."""
     cycle = SupervisorCycle.objects.filter(name="supervisor").first()
     interval = float(settings.SUPERVISOR_INTERVAL_SECONDS)
     finished = cycle.finished_at if cycle else None
@@ -271,8 +291,22 @@ def supervisor_health(*, now: datetime | None = None) -> SupervisorHealth:
         late=lag is None or lag > 3 * interval,
         duration_ms=cycle.duration_ms if cycle else 0,
         api_requests=cycle.api_requests if cycle else 0,
-        error=cycle.error if cycle else "",
+        error=_shown_error(user, cycle.error if cycle else ""),
     )
+
+
+HIDDEN_ERROR = "an error (its text is shown to the platform role)"
+
+
+def _shown_error(user: Any, error: str) -> str:
+    return error if not error or roles.is_platform(user) else HIDDEN_ERROR
+
+
+def kubernetes_health(user: Any, check: dict[str, Any]) -> dict[str, Any]:
+    """The API server check as the overview shows it: its error text for the platform role only."""
+    if check.get("ok") or roles.is_platform(user):
+        return check
+    return {**check, "error": HIDDEN_ERROR}
 
 
 CAUSES = Cause.values

@@ -59,8 +59,8 @@ def home_page(request: HttpRequest) -> HttpResponse:
         "counts": dashboard.counts(user, window),
         "refusal_groups": refusal_groups[:8],
         "warned": dashboard.identity_warned_jobs(user),
-        "verdict_changes": dashboard.verdict_changes(),
-        "supervisor": dashboard.supervisor_health(),
+        "verdict_changes": dashboard.verdict_changes(user),
+        "supervisor": dashboard.supervisor_health(user),
         "cluster_poll": CLUSTER_POLL_SECONDS,
     }
     return render(request, "dashboard/home.html", context)
@@ -70,8 +70,8 @@ def home_page(request: HttpRequest) -> HttpResponse:
 def home_cluster(request: HttpRequest) -> HttpResponse:
     """The overview's cluster box: the API server answered now or not, and the supervisor's last cycle."""
     context = {
-        "kubernetes": cluster_health.check_kubernetes(),
-        "supervisor": dashboard.supervisor_health(),
+        "kubernetes": dashboard.kubernetes_health(request.user, cluster_health.check_kubernetes()),
+        "supervisor": dashboard.supervisor_health(request.user),
         "cluster_poll": CLUSTER_POLL_SECONDS,
     }
     return render(request, "dashboard/_cluster.html", context)
