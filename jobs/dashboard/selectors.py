@@ -233,7 +233,7 @@ def verdict_changes(user: Any, *, now: datetime | None = None, limit: int = 15) 
     if not roles.is_platform(user) and not namespaces(roles.ALL_NAMESPACES):
         granted = roles.granted_namespaces(user)
         recent_rows = recent_rows.filter(Q(namespace="") | Q(namespace__in=granted))
-    changes = []
+    changes: list[VerdictChange] = []
     for row in recent_rows.iterator(chunk_size=200):
         if len(changes) >= limit:
             break

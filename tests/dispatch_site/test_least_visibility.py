@@ -71,18 +71,16 @@ def bravo() -> dict[str, str]:
     )
     body = {"metadata": {"name": B_RUNTIME, "namespace": "team-bravo"}}
     # The re-check's history: accepted, then refused (a verdict change on the overview).
-    for verdict in (
-        {"refused": False, "reasons": [], "identity_warning": None, "capabilities": []},
-        _refused_verdict(B_RUNTIME, "team-bravo", B_RULE_MESSAGE),
-    ):
+    accepted: dict[str, Any] = {"refused": False, "reasons": [], "identity_warning": None, "capabilities": []}
+    for number, verdict in enumerate((accepted, _refused_verdict(B_RUNTIME, "team-bravo", B_RULE_MESSAGE))):
         RuntimeVerdict.objects.create(
             kind="TrainingRuntime",
             namespace="team-bravo",
             name=B_RUNTIME,
-            refused=verdict["refused"],
+            refused=bool(verdict["refused"]),
             verdict=verdict,
             runtime=body,
-            resource_version=str(len(verdict["reasons"])),
+            resource_version=str(number),
         )
     audit_record(actor=owner, action="session.open", object_type="session", object_id=session.id, details={})
     SupervisorCycle.objects.update_or_create(
