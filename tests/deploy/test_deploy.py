@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -70,7 +71,9 @@ def test_the_example_overlay_is_accepted_by_a_server_side_dry_run(
         "Secret",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",
         "RoleBinding",
+        "Ingress",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
     } <= kinds
@@ -89,7 +92,7 @@ def test_the_overlay_points_the_guard_and_the_bindings_at_dispatchs_namespace(
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "dispatch", "namespace": DISPATCH_NAMESPACE}
         ]
-    grants = {b["metadata"]["namespace"] for b in select(example_manifests, "RoleBinding")}
+    grants = {b["metadata"]["namespace"] for b in select(example_manifests, "RoleBinding", "Role")}
     assert grants == {"team-a", "team-b"}
     [job] = select(example_manifests, "Job")
     assert job["metadata"]["name"] == "dispatch-migrate-0-1-0"
@@ -137,9 +140,12 @@ def test_the_workloads_become_available_under_restricted_pod_security_and_scale(
                         "literals": [
                             "DATABASE_URL=postgres://dispatch:x@db.invalid:5432/dispatch",
                             "REDIS_URL=redis://redis.invalid:6379/0",
-                            f"SECRET_KEY={uuid.uuid4().hex}{uuid.uuid4().hex}",
                         ],
-                    }
+                    },
+                    {
+                        "name": "dispatch-secret-key",
+                        "literals": [f"SECRET_KEY={uuid.uuid4().hex}{uuid.uuid4().hex}"],
+                    },
                 ],
                 "generatorOptions": {"disableNameSuffixHash": True},
             }
@@ -194,7 +200,8 @@ def test_beat_is_replaced_without_ever_running_twice(
                 "namespace": namespace,
                 "resources": [os.path.relpath(BASE, overlay)],
                 "secretGenerator": [
-                    {"name": "dispatch-secrets", "literals": [f"SECRET_KEY={uuid.uuid4().hex}"]}
+                    {"name": "dispatch-secrets", "literals": ["REDIS_URL=redis://redis.invalid:6379/0"]},
+                    {"name": "dispatch-secret-key", "literals": [f"SECRET_KEY={uuid.uuid4().hex}"]},
                 ],
             }
         )
@@ -260,19 +267,98 @@ def test_the_account_may_do_what_dispatch_does_in_a_granted_namespace(
     "args",
     [
         ("list", "clustertrainingruntimes.trainer.kubeflow.org"),
+        ("watch", "clustertrainingruntimes.trainer.kubeflow.org"),
         ("list", "trainingruntimes.trainer.kubeflow.org", "--all-namespaces"),
-        ("list", "trainjobs.trainer.kubeflow.org", "--all-namespaces"),
-        ("list", "jobsets.jobset.x-k8s.io", "--all-namespaces"),
-        ("list", "jobs.batch", "--all-namespaces"),
-        ("watch", "pods", "--all-namespaces"),
-        ("watch", "nodes"),
-        ("watch", "events", "--all-namespaces"),
+        ("get", "nodes"),
+        ("list", "nodes"),
     ],
 )
-def test_the_account_may_read_cluster_wide_what_supervision_needs(
+def test_the_account_reads_cluster_wide_only_the_runtime_kinds_and_nodes(
     dispatch_serviceaccount: DispatchServiceAccount, args: tuple[str, ...]
 ) -> None:
     assert _can(dispatch_serviceaccount, *args)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("list", "pods", "--all-namespaces"),
+        ("watch", "pods", "--all-namespaces"),
+        ("list", "events", "--all-namespaces"),
+        ("list", "jobs.batch", "--all-namespaces"),
+        ("list", "jobsets.jobset.x-k8s.io", "--all-namespaces"),
+        ("list", "trainjobs.trainer.kubeflow.org", "--all-namespaces"),
+        ("watch", "nodes"),
+        ("list", "pods", "-n", "kube-system"),
+        ("get", "pods", "-n", "kube-system"),
+        ("list", "events", "-n", "kube-system"),
+    ],
+)
+def test_the_account_reads_no_pod_event_or_job_outside_the_managed_namespaces(
+    dispatch_serviceaccount: DispatchServiceAccount, args: tuple[str, ...]
+) -> None:
+    """Issue 22: the ServiceAccount listed and watched pods and events cluster-wide, so the web pods carried a
+    credential that read every pod spec in the cluster, kube-system's included."""
+    assert not _can(dispatch_serviceaccount, *args)
+
+
+def _can_list(account: DispatchServiceAccount, namespace: str) -> dict[str, set[str]]:
+    """`kubectl auth can-i --list` under the account's token: resource -> verbs, in one namespace."""
+    result = kubectl("auth", "can-i", "--list", "-n", namespace, kubeconfig=account.kubeconfig)
+    rights: dict[str, set[str]] = {}
+    for line in result.stdout.splitlines()[1:]:
+        columns = re.split(r"\s{2,}", line.strip())
+        if len(columns) < 4 or not columns[0]:
+            continue
+        resource, verbs = columns[0], columns[-1].strip("[]").split()
+        rights.setdefault(resource, set()).update(verbs)
+    return rights
+
+
+def test_can_i_list_shows_no_pods_in_an_unmanaged_namespace_and_no_secrets_anywhere(
+    dispatch_serviceaccount: DispatchServiceAccount, granted: str, kube: Any
+) -> None:
+    """Least read, from the account's own point of view (`kubectl auth can-i --list` with its token)."""
+    managed = _can_list(dispatch_serviceaccount, granted)
+    assert {"get", "list", "watch"} <= managed["pods"]
+    assert "create" in managed["pods/exec"]
+    for unmanaged in ("kube-system", "default", DISPATCH_NAMESPACE):
+        rights = _can_list(dispatch_serviceaccount, unmanaged)
+        assert not any(
+            r.split(".")[0] in ("pods", "events", "pods/log", "pods/exec", "jobs") for r in rights
+        ), (
+            unmanaged,
+            rights,
+        )
+        assert {"get", "list", "watch"} <= rights["trainingruntimes.trainer.kubeflow.org"]
+        assert rights["nodes"] == {"get", "list"}
+    for namespace in (granted, "kube-system", "default", DISPATCH_NAMESPACE):
+        rights = _can_list(dispatch_serviceaccount, namespace)
+        assert not any(r.split(".")[0] == "secrets" for r in rights), (namespace, rights)
+        assert not any("*" in verbs for r, verbs in rights.items() if not r.startswith("selfsubject")), rights
+
+
+def test_the_example_overlays_grants_are_generated_from_its_namespace_list() -> None:
+    result = subprocess.run(
+        [str(REPO / "deploy" / "rbac" / "grants"), "--check", str(EXAMPLE_OVERLAY)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_example_overlay_carries_no_secret_key_and_sets_the_proxy_count_its_ingress_implies(
+    example_manifests: list[dict[str, Any]],
+) -> None:
+    for obj in example_manifests:
+        assert "SECRET_KEY" not in yaml.safe_dump(obj), obj["metadata"]["name"]
+    [config] = select(example_manifests, "ConfigMap", name="dispatch-config")
+    [ingress] = select(example_manifests, "Ingress")
+    assert ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] == "dispatch-web"
+    assert config["data"]["NUM_PROXIES"] == "1"  # one ingress controller appends the client's address
+    assert config["data"]["SECURE_PROXY_SSL_HEADER"] == "X-Forwarded-Proto=https"
+    assert config["data"]["DEBUG"] == "false"
 
 
 @pytest.mark.parametrize(
@@ -338,7 +424,7 @@ def test_the_account_may_not_read_secrets_edit_rbac_or_the_guard_cluster_wide(
 
 def test_the_roles_name_no_wildcards_and_no_secrets(example_manifests: list[dict[str, Any]]) -> None:
     roles = select(example_manifests, "ClusterRole", "Role")
-    assert {r["metadata"]["name"] for r in roles} == {"dispatch-cluster-reader", "dispatch-jobs"}
+    assert {r["metadata"]["name"] for r in roles} == {"dispatch-runtime-reader", "dispatch-jobs"}
     for role in roles:
         for rule in role["rules"]:
             for field in ("apiGroups", "resources", "verbs"):
@@ -365,10 +451,10 @@ def _readme_rules() -> set[tuple[str, str, str, str]]:
 
 
 def test_the_readme_lists_exactly_these_rules(example_manifests: list[dict[str, Any]]) -> None:
-    scopes = {"dispatch-cluster-reader": "cluster", "dispatch-jobs": "job namespaces"}
+    scopes = {"dispatch-runtime-reader": "cluster", "dispatch-jobs": "job namespaces"}
     manifest = {
         (scopes[role["metadata"]["name"]], group, resource, verb)
-        for role in select(example_manifests, "ClusterRole")
+        for role in select(example_manifests, "ClusterRole", "Role")
         for rule in role["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]

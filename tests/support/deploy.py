@@ -2,9 +2,10 @@
 
 - ``dispatch_serviceaccount`` (session): applies deploy's ServiceAccount and RBAC (from the example overlay,
   so the namespace is dispatch-system), asks the API server for a token of that account (TokenRequest) and
-  writes a kubeconfig that holds only that token. ``grant(namespace)`` binds the dispatch-jobs ClusterRole
-  in a namespace, as the overlay's grants do for team-a and team-b. The RBAC objects stay installed
-  (re-applying is idempotent, and another run may be using them).
+  writes a kubeconfig that holds only that token. ``grant(namespace)`` puts the Role dispatch-jobs and its
+  RoleBinding in a namespace, as the overlay's grants do for team-a and team-b. The RBAC objects stay
+  installed (re-applying is idempotent, and another run may be using them); cluster-scoped ones of dispatch
+  that the manifests no longer define are deleted.
 - ``DISPATCH_TEST_AS_SERVICEACCOUNT=1`` makes ``dispatch_on_cluster`` (dispatch_fixtures.py) use it.
 """
 
@@ -91,7 +92,21 @@ def whoami(kubeconfig: str) -> str:
 class DispatchServiceAccount:
     kubeconfig: str  # holds the ServiceAccount's token, nothing else
     username: str
-    grant: Callable[[str], None]  # namespace -> RoleBinding of dispatch-jobs to the account
+    grant: Callable[[str], None]  # namespace -> the Role dispatch-jobs and its RoleBinding to the account
+
+
+def _prune_cluster_rbac(kubeconfig: str, keep: set[tuple[str, str]]) -> None:
+    """Cluster-scoped RBAC objects of dispatch that the manifests no longer define (an earlier version's
+    cluster-wide bindings, left on a kept control plane) are deleted, so the account has exactly what the
+    manifests give it."""
+    for kind, resource in (("ClusterRoleBinding", "clusterrolebindings"), ("ClusterRole", "clusterroles")):
+        out = kubectl(
+            "get", resource, "-l", "app.kubernetes.io/part-of=dispatch", "-o", "json", kubeconfig=kubeconfig
+        ).stdout
+        for item in json.loads(out)["items"]:
+            name = item["metadata"]["name"]
+            if (kind, name) not in keep:
+                kubectl("delete", resource, name, "--ignore-not-found", kubeconfig=kubeconfig)
 
 
 @pytest.fixture(scope="session")
@@ -112,12 +127,17 @@ def dispatch_serviceaccount(
         *select(example_manifests, *RBAC_KINDS),
     ]
     apply(objects, kubeconfig)
-    grant_template = select(example_manifests, "RoleBinding", name="dispatch-jobs")[0]
+    _prune_cluster_rbac(kubeconfig, {(o["kind"], o["metadata"]["name"]) for o in objects})
+    templates = [
+        select(example_manifests, "Role", name="dispatch-jobs")[0],
+        select(example_manifests, "RoleBinding", name="dispatch-jobs")[0],
+    ]
 
     def grant(namespace: str) -> None:
-        binding = yaml.safe_load(yaml.safe_dump(grant_template))
-        binding["metadata"]["namespace"] = namespace
-        apply([binding], kubeconfig)
+        objects = [yaml.safe_load(yaml.safe_dump(template)) for template in templates]
+        for obj in objects:
+            obj["metadata"]["namespace"] = namespace
+        apply(objects, kubeconfig)
 
     token = kube.core.create_namespaced_service_account_token(
         DISPATCH_SA,
