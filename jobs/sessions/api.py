@@ -52,7 +52,7 @@ def _name_problem(value: str) -> str | None:
 
 # An RFC 1035 label that does not start with a job's TrainJob name "<job id>-<attempt>" (then '-' or the end).
 SESSION_NAME_PATTERN = (
-    rf"^(?!{JOB_ID_PREFIX}[a-z2-7]{{{JOB_ID_RANDOM_CHARS}}}-[0-9]+(-|$))[a-z]([-a-z0-9]*[a-z0-9])?$"
+    rf"^(?!{JOB_ID_PREFIX}[a-z2-7]{{{JOB_ID_RANDOM_CHARS}}}-[0-9]+(-|$))[a-z]([-a-z0-9]{{0,61}}[a-z0-9])?$"
 )
 
 

@@ -22,6 +22,8 @@ from jobs.serializers import (
     LABEL_VALUE_SCHEMA,
     reserved_label_problem,
 )
+from jobs.sessions.api import SESSION_NAME_PATTERN
+from jobs.sessions.api import _name_problem as session_name_problem
 from jobs.spec import (
     IMAGE_PATTERN,
     QUALIFIED_NAME_PATTERN,
@@ -103,6 +105,27 @@ RULES: list[tuple[str, str, Callable[[str], str | None], str, list[str]]] = [
             f"{'a' * 253}/b",
             f"{'a' * 254}/b",
             "a\n",
+        ],
+    ),
+    (
+        "session name",
+        SESSION_NAME_PATTERN,
+        session_name_problem,
+        "aj2b7-09z",
+        [
+            "a",
+            "jabcdefghij",
+            "jabcdefghij-2",
+            "jabcdefghij-2-x",
+            "jabcdefghij-x",
+            "jabcdefghi-2",
+            "jabcdefghij1-2",
+            "jabcdefghij-",
+            "xjabcdefghij-2",
+            "a" * 63,
+            "a" * 64,
+            "1a",
+            "a-",
         ],
     ),
     (
