@@ -7,6 +7,15 @@
   timeout on every call.
 - ``namespace`` (function): a fresh namespace per test (its default ServiceAccount exists when the test
   starts), deleted afterwards without waiting.
+- ``kueue_queue`` (function): a Kueue LocalQueue in the test's namespace, on a ClusterQueue of the test's
+  own with the quota, flavor and preemption of the shared ClusterQueue ``dispatch``
+  (scripts/k8s/kueue-queues.yaml); TrainJobs join it with the label
+  ``kueue.x-k8s.io/queue-name: <kueue_queue.name>``. The ClusterQueue is deleted afterwards (Kueue keeps it
+  until its workloads are gone).
+
+The plane runs with Kueue (``scripts/cluster up --kueue``) unless DISPATCH_CLUSTER_KUEUE=0: Kueue only manages
+TrainJobs labelled with a queue name, but its mutating webhook sees every TrainJob and appends an empty
+runtimePatch with manager ``kueue.x-k8s.io/manager`` to each (tests/cluster/test_kueue_plane.py).
 
 Everything talks to the API server on 127.0.0.1 only; pod and service IPs are fake (KWOK) and never dialled.
 """
@@ -33,6 +42,10 @@ CLUSTER_SCRIPT = REPO / "scripts" / "cluster"
 REQUEST_TIMEOUT = (5, 30)
 # Cold start of the control plane takes about a minute on 2 busy cores; a missing build takes far longer.
 UP_TIMEOUT = float(os.environ.get("DISPATCH_CLUSTER_UP_TIMEOUT", "3600"))
+# The suite runs with Kueue unless DISPATCH_CLUSTER_KUEUE=0 (then the Kueue tests are skipped, saying so).
+KUEUE = os.environ.get("DISPATCH_CLUSTER_KUEUE", "1") != "0"
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
+SHARED_CLUSTER_QUEUE = "dispatch"  # scripts/k8s/kueue-queues.yaml
 
 
 class _TimeoutApiClient(client.ApiClient):
@@ -83,7 +96,7 @@ def _run_cluster(*args: str, timeout: float) -> subprocess.CompletedProcess[str]
 @pytest.fixture(scope="session")
 def kubeconfig() -> Iterator[str]:
     already_up = _run_cluster("status", timeout=60).returncode == 0
-    up = _run_cluster("up", timeout=UP_TIMEOUT)
+    up = _run_cluster("up", *(["--kueue"] if KUEUE else []), timeout=UP_TIMEOUT)
     if up.returncode != 0:
         pytest.fail(
             f"`scripts/cluster up` failed with exit code {up.returncode}; logs under "
@@ -144,6 +157,60 @@ def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
     finally:
         try:
             kube.core.delete_namespace(name, propagation_policy="Background")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+@dataclass(frozen=True)
+class KueueQueue:
+    """A LocalQueue ``name`` in ``namespace`` on the ClusterQueue ``cluster_queue``."""
+
+    name: str
+    namespace: str
+    cluster_queue: str
+
+
+@pytest.fixture
+def kueue_queue(kube: Kube, namespace: str) -> Iterator[KueueQueue]:
+    """A LocalQueue in the test's namespace on a ClusterQueue of its own, a copy of the shared ClusterQueue
+    ``dispatch`` (same flavor, quota and preemption), so that no other test's workloads take its quota."""
+    if not KUEUE:
+        pytest.skip("DISPATCH_CLUSTER_KUEUE=0: the local control plane runs without Kueue")
+    shared = kube.custom.get_cluster_custom_object(
+        KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", SHARED_CLUSTER_QUEUE
+    )
+    queue = KueueQueue(name="dispatch", namespace=namespace, cluster_queue=namespace)
+    kube.custom.create_cluster_custom_object(
+        KUEUE_GROUP,
+        KUEUE_VERSION,
+        "clusterqueues",
+        {
+            "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+            "kind": "ClusterQueue",
+            "metadata": {"name": queue.cluster_queue, "labels": {"dispatch.test/cluster": "true"}},
+            "spec": shared["spec"],
+        },
+    )
+    try:
+        kube.custom.create_namespaced_custom_object(
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            namespace,
+            "localqueues",
+            {
+                "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+                "kind": "LocalQueue",
+                "metadata": {"name": queue.name},
+                "spec": {"clusterQueue": queue.cluster_queue},
+            },
+        )
+        yield queue
+    finally:
+        try:
+            kube.custom.delete_cluster_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", queue.cluster_queue
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise
