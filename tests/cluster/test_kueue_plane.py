@@ -34,6 +34,7 @@ from .kueue_support import (
     Recorder,
     as_list,
     condition,
+    conditions_summary,
     get_trainjob,
     is_true,
     pending_workloads,
@@ -482,7 +483,7 @@ def test_user_deactivating_a_running_workload_evicts_it_for_good(kube: Kube, kue
     """spec.active=false on an admitted Workload (what a user or dispatch writes): Evicted=True reason
     Deactivated, the TrainJob is suspended and its pods deleted; the Workload is not requeued."""
     ns = kueue_queue.namespace
-    tj = queued_trainjob(kube, kueue_queue, "stopped-by-user", env={"KWOK_STAY_RUNNING": "1"})
+    tj = queued_trainjob(kube, kueue_queue, "stopped-by-user", env={"KWOK_STAY_RUNNING": "1"}, gpus=True)
     wl = wait_workload(kube, tj, lambda w: is_true(w, "PodsReady", "Started"), "running")
     kube.custom.patch_namespaced_custom_object(
         *KUEUE, ns, "workloads", wl["metadata"]["name"], {"spec": {"active": False}}
@@ -496,8 +497,11 @@ def test_user_deactivating_a_running_workload_evicts_it_for_good(kube: Kube, kue
     assert get_trainjob(kube, ns, "stopped-by-user")["spec"]["suspend"] is True
     assert not is_true(released, "Requeued")
     record_fixture("deactivated-by-user", as_list(get_trainjob(kube, ns, "stopped-by-user"), released))
-    time.sleep(2)  # nothing readmits it
-    assert not admitted(workload_of(kube, tj) or {})
+    # Nothing readmits it: a later job, which needs the same GPUs, is admitted in its place.
+    later = queued_trainjob(kube, kueue_queue, "later", gpus=True)
+    wait_workload(kube, later, admitted, "the later job admitted")
+    still = workload_of(kube, tj) or {}
+    assert not admitted(still) and still["spec"]["active"] is False, conditions_summary(still)
 
 
 def test_visibility_api_answers_404_for_an_unknown_local_queue(kube: Kube, kueue_queue: KueueQueue) -> None:
