@@ -7,6 +7,20 @@
   timeout on every call.
 - ``namespace`` (function): a fresh namespace per test (its default ServiceAccount exists when the test
   starts), deleted afterwards without waiting.
+- ``kueue`` (module): Kueue runs for the tests of the module that asks for it (``scripts/cluster up --kueue``)
+  and is stopped and unregistered after them (``scripts/cluster down --kueue``, about 1 s; adding it takes
+  about 4 s), so every other test sees the plane without Kueue, whatever the order.
+- ``kueue_queue`` (function, with ``kueue``): a Kueue LocalQueue in the test's namespace, on a ClusterQueue of
+  the test's own with the quota, flavor and preemption of the shared ClusterQueue ``dispatch``
+  (scripts/k8s/kueue-queues.yaml); TrainJobs join it with the label
+  ``kueue.x-k8s.io/queue-name: <kueue_queue.name>``. The ClusterQueue is deleted afterwards (Kueue keeps it
+  until its workloads are gone).
+
+DISPATCH_CLUSTER_KUEUE=1 runs the whole session with Kueue instead, as on a cluster where Kueue is installed:
+its TrainJob webhooks then see every TrainJob, queued or not (they append an empty runtimePatch with manager
+``kueue.x-k8s.io/manager``, and the validating one refuses a TrainJob whose runtime Kueue's informer cache has
+not seen, with its own message: KUEUE-NOTES.md). Without it, a plane left running with Kueue
+(DISPATCH_CLUSTER_KEEP) has Kueue stopped at the start of the session.
 
 Everything talks to the API server on 127.0.0.1 only; pod and service IPs are fake (KWOK) and never dialled.
 """
@@ -33,6 +47,10 @@ CLUSTER_SCRIPT = REPO / "scripts" / "cluster"
 REQUEST_TIMEOUT = (5, 30)
 # Cold start of the control plane takes about a minute on 2 busy cores; a missing build takes far longer.
 UP_TIMEOUT = float(os.environ.get("DISPATCH_CLUSTER_UP_TIMEOUT", "3600"))
+# DISPATCH_CLUSTER_KUEUE=1: Kueue for the whole session; otherwise only for the modules that ask for it.
+KUEUE_EVERYWHERE = os.environ.get("DISPATCH_CLUSTER_KUEUE") == "1"
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
+SHARED_CLUSTER_QUEUE = "dispatch"  # scripts/k8s/kueue-queues.yaml
 
 
 class _TimeoutApiClient(client.ApiClient):
@@ -80,17 +98,25 @@ def _run_cluster(*args: str, timeout: float) -> subprocess.CompletedProcess[str]
     )
 
 
+def _cluster_or_fail(*args: str) -> subprocess.CompletedProcess[str]:
+    result = _run_cluster(*args, timeout=UP_TIMEOUT)
+    if result.returncode != 0:
+        pytest.fail(
+            f"`scripts/cluster {' '.join(args)}` failed with exit code {result.returncode}; logs under "
+            f"{os.environ.get('DISPATCH_CLUSTER_STATE', REPO / 'var' / 'cluster')}/logs\n"
+            f"--- stderr (last 6000 chars) ---\n{result.stderr[-6000:]}\n"
+            f"--- stdout ---\n{result.stdout[-2000:]}",
+            pytrace=False,
+        )
+    return result
+
+
 @pytest.fixture(scope="session")
 def kubeconfig() -> Iterator[str]:
     already_up = _run_cluster("status", timeout=60).returncode == 0
-    up = _run_cluster("up", timeout=UP_TIMEOUT)
-    if up.returncode != 0:
-        pytest.fail(
-            f"`scripts/cluster up` failed with exit code {up.returncode}; logs under "
-            f"{os.environ.get('DISPATCH_CLUSTER_STATE', REPO / 'var' / 'cluster')}/logs\n"
-            f"--- stderr (last 6000 chars) ---\n{up.stderr[-6000:]}\n--- stdout ---\n{up.stdout[-2000:]}",
-            pytrace=False,
-        )
+    up = _cluster_or_fail("up", *(["--kueue"] if KUEUE_EVERYWHERE else []))
+    if not KUEUE_EVERYWHERE:
+        _cluster_or_fail("down", "--kueue")
     lines = up.stdout.strip().splitlines()
     path = lines[-1] if lines else ""
     if not path or not Path(path).is_file():
@@ -144,6 +170,71 @@ def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
     finally:
         try:
             kube.core.delete_namespace(name, propagation_policy="Background")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+@dataclass(frozen=True)
+class KueueQueue:
+    """A LocalQueue ``name`` in ``namespace`` on the ClusterQueue ``cluster_queue``."""
+
+    name: str
+    namespace: str
+    cluster_queue: str
+
+
+@pytest.fixture(scope="module")
+def kueue(kubeconfig: str) -> Iterator[None]:
+    """Kueue runs for this module's tests (see the module docstring)."""
+    if KUEUE_EVERYWHERE:
+        yield
+        return
+    _cluster_or_fail("up", "--kueue")
+    try:
+        yield
+    finally:
+        _cluster_or_fail("down", "--kueue")
+
+
+@pytest.fixture
+def kueue_queue(kube: Kube, namespace: str, kueue: None) -> Iterator[KueueQueue]:
+    """A LocalQueue in the test's namespace on a ClusterQueue of its own, a copy of the shared ClusterQueue
+    ``dispatch`` (same flavor, quota and preemption), so that no other test's workloads take its quota."""
+    shared = kube.custom.get_cluster_custom_object(
+        KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", SHARED_CLUSTER_QUEUE
+    )
+    queue = KueueQueue(name="dispatch", namespace=namespace, cluster_queue=namespace)
+    kube.custom.create_cluster_custom_object(
+        KUEUE_GROUP,
+        KUEUE_VERSION,
+        "clusterqueues",
+        {
+            "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+            "kind": "ClusterQueue",
+            "metadata": {"name": queue.cluster_queue, "labels": {"dispatch.test/cluster": "true"}},
+            "spec": shared["spec"],
+        },
+    )
+    try:
+        kube.custom.create_namespaced_custom_object(
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            namespace,
+            "localqueues",
+            {
+                "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+                "kind": "LocalQueue",
+                "metadata": {"name": queue.name},
+                "spec": {"clusterQueue": queue.cluster_queue},
+            },
+        )
+        yield queue
+    finally:
+        try:
+            kube.custom.delete_cluster_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", queue.cluster_queue
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise
