@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import worker_process_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dispatch_site.settings")
 
@@ -13,3 +14,11 @@ app = Celery("dispatch")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 app.autodiscover_tasks(["jobs.submission", "jobs.supervision", "jobs.sessions"])
+
+
+@worker_process_shutdown.connect
+def _metrics_process_exited(pid: int | None = None, **kwargs: object) -> None:
+    """Multiprocess metrics (dispatch_site.metrics): this worker process's live gauges stop counting."""
+    from dispatch_site.metrics import process_exited
+
+    process_exited(pid or os.getpid())

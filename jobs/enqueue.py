@@ -17,6 +17,9 @@ EXECUTIONS_RESUBMIT_STALE: Final = "jobs.submission.tasks.executions_resubmit_st
 SUPERVISE: Final = "jobs.supervision.tasks.supervise"
 SESSION_WATCH: Final = "jobs.sessions.tasks.session_watch"
 SESSION_CLOSE_WATCH: Final = "jobs.sessions.tasks.session_close_watch"
+WEBHOOKS_FANOUT: Final = "jobs.observability.tasks.webhooks_fanout"
+WEBHOOK_DELIVER: Final = "jobs.observability.tasks.webhook_deliver"
+WEBHOOKS_SWEEP: Final = "jobs.observability.tasks.webhooks_sweep"
 
 
 def send(name: str, *args: Any, countdown: float | None = None) -> None:
