@@ -220,6 +220,11 @@ CELERY_BEAT_SCHEDULE["webhooks-sweep"] = {
     "schedule": float(CONFIG.webhook_sweep_seconds),
     "options": {"expires": float(CONFIG.webhook_sweep_seconds)},
 }
+CELERY_BEAT_SCHEDULE["job-counts-compact"] = {
+    "task": "jobs.observability.tasks.job_counts_compact",
+    "schedule": 30.0,
+    "options": {"expires": 30.0},
+}
 METRICS_TOKEN = CONFIG.metrics_token
 WEBHOOK_RETRY_SCHEDULE = CONFIG.webhook_retry_schedule
 WEBHOOK_TIMEOUT_SECONDS = CONFIG.webhook_timeout_seconds

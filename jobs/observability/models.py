@@ -133,3 +133,36 @@ class WebhookAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.delivery_id} #{self.number}"
+
+
+class JobCount(models.Model):
+    """Jobs per (state, cause, namespace), so a scrape reads a few hundred rows however many jobs there are.
+
+    On PostgreSQL, triggers on the jobs table (migration 0001) append a JobCountDelta row (+1/-1) for every
+    insert, delete and change of state, cause or namespace, in the transaction that made it; the compaction
+    (jobs.observability.collector.compact_job_counts, every 30 s from beat) folds them into these rows. A
+    scrape adds both. Appending, not updating one row per state, keeps concurrent writers off a shared hot
+    row."""
+
+    state = models.CharField(max_length=16)
+    cause = models.CharField(max_length=32, blank=True, default="")
+    namespace = models.CharField(max_length=63)
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["state", "cause", "namespace"], name="jobcount_unique_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.state}/{self.cause}/{self.namespace}: {self.n}"
+
+
+class JobCountDelta(models.Model):
+    state = models.CharField(max_length=16)
+    cause = models.CharField(max_length=32, blank=True, default="")
+    namespace = models.CharField(max_length=63)
+    n = models.IntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.state}/{self.cause}/{self.namespace}: {self.n:+d}"

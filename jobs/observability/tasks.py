@@ -6,7 +6,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from jobs import enqueue
-from jobs.observability import webhooks
+from jobs.observability import collector, webhooks
 
 
 @shared_task(name=enqueue.WEBHOOKS_FANOUT, acks_late=True)
@@ -22,3 +22,8 @@ def webhook_deliver(delivery_id: int) -> None:
 @shared_task(name=enqueue.WEBHOOKS_SWEEP, acks_late=True)
 def webhooks_sweep() -> int:
     return webhooks.sweep()
+
+
+@shared_task(name=enqueue.JOB_COUNTS_COMPACT, acks_late=True)
+def job_counts_compact() -> int:
+    return collector.compact_job_counts()
