@@ -1,7 +1,8 @@
-"""A whole dispatch in processes, as `make up` runs it, for the metrics and webhook tests that need one: gunicorn
-(two workers), a Celery worker (prefork, two children), Celery beat and the supervisor (`manage.py supervise`),
-on the test database, the local control plane and a Redis of their own (a real redis-server on a free port,
-without persistence, so a test can restart it and lose every queued message, as a Redis restart does).
+"""A whole dispatch in processes, as `make up` runs it, for the metrics and webhook tests that need one:
+gunicorn (two workers), a Celery worker (prefork, two children), Celery beat and the supervisor (`manage.py
+supervise`), on the test database, the local control plane and a Redis of their own (a real redis-server on
+a free port, without persistence, so a test can restart it and lose every queued message, as a Redis
+restart does).
 
 Metrics run in multiprocess mode (PROMETHEUS_MULTIPROC_DIR shared by all of them); webhooks may go to plain
 http on 127.0.0.1 (WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE_ADDRESSES) and retry every second."""
@@ -235,7 +236,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server API
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 with receiver.lock:

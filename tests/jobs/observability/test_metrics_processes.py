@@ -1,7 +1,7 @@
 """GET /metrics of a whole dispatch in processes (gunicorn workers, Celery worker children, beat, the
-supervisor: tests/jobs/observability/conftest.py) after real jobs on the local control plane: one succeeds, one
-fails with app-error (KWOK_EXIT_CODE), one is refused. Prometheus's own text parser reads the scrape; every
-figure is checked against the database."""
+supervisor: tests/jobs/observability/conftest.py) after real jobs on the local control plane: one succeeds,
+one fails with app-error (KWOK_EXIT_CODE), one is refused. Prometheus's own text parser reads the scrape;
+every figure is checked against the database."""
 
 from __future__ import annotations
 
