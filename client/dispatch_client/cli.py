@@ -474,6 +474,8 @@ def _report(err: DispatchError) -> int:
     if err.reasons:
         sys.stderr.write("reasons:\n")
         _reasons(sys.stderr, err.reasons)
+    if isinstance(err, Refused) and err.job_id:
+        sys.stderr.write(f"the refusal is recorded as job {err.job_id}\n")
     return EXIT_REFUSED if isinstance(err, Refused) else EXIT_API
 
 
