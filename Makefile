@@ -65,6 +65,7 @@ lint: venv ## ruff, formatting, migrations, the OpenAPI schema, mypy and the imp
 test: venv $(SDK_VENV)/.installed ## install and start PostgreSQL, Redis and the local cluster, then lint and run the whole suite
 	scripts/services up
 	scripts/browser-deps
+	scripts/monitoring-deps
 	scripts/cluster build
 	$(MAKE) --no-print-directory lint
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
