@@ -174,6 +174,7 @@ SPECTACULAR_SETTINGS = {
         "JobStateEnum": "jobs.models.JobState",
         "SessionStateEnum": "jobs.models.SessionState",
         "RuntimeKindEnum": "runtimes.models.RuntimeKind",
+        "WebhookEventTypeEnum": "jobs.observability.payloads.EVENT_TYPES",
     },
 }
 

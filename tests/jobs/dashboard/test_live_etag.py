@@ -20,15 +20,15 @@ from tests.jobs.dashboard.test_job_pages import make_job
 
 pytestmark = pytest.mark.django_db
 
-HTMX = {"HTTP_HX_REQUEST": "true"}
+HTMX = {"HX-Request": "true"}
 
 
 def _poll(client: Client, url: str, etag: str = "") -> tuple[Any, int]:
     headers = dict(HTMX)
     if etag:
-        headers["HTTP_IF_NONE_MATCH"] = etag
+        headers["If-None-Match"] = etag
     with CaptureQueriesContext(connection) as queries:
-        response = client.get(url, **headers)
+        response = client.get(url, headers=headers)
     return response, len(queries)
 
 
