@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import worker_process_shutdown
+from celery.signals import worker_process_shutdown, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dispatch_site.settings")
 
@@ -22,3 +22,11 @@ def _metrics_process_exited(pid: int | None = None, **kwargs: object) -> None:
     from dispatch_site.metrics import process_exited
 
     process_exited(pid or os.getpid())
+
+
+@worker_ready.connect
+def _serve_metrics(**kwargs: object) -> None:
+    """The worker's main process serves its pod's metrics when METRICS_PORT is set (dispatch_site.metrics)."""
+    from dispatch_site.metrics import serve_process_metrics
+
+    serve_process_metrics()

@@ -176,6 +176,30 @@ def scrape_allowed(token: str, authorization: str, remote_addr: str) -> bool:
     return remote_addr in LOOPBACK
 
 
+# ---------------------------------------------------------------- worker and supervisor pods
+
+PORT_ENV = "METRICS_PORT"
+
+
+def serve_process_metrics() -> int | None:
+    """A pod without the web (Celery worker, supervisor) serves its own processes' metrics on METRICS_PORT
+    (plain HTTP, every address: protect it with a network rule); the database's figures come from the web's
+    /metrics. Returns the port, or None when METRICS_PORT is unset."""
+    raw = os.environ.get(PORT_ENV, "").strip()
+    if not raw:
+        return None
+    from prometheus_client import start_http_server
+
+    served = CollectorRegistry()
+    if _multiproc_dir:
+        multiprocess.MultiProcessCollector(served)
+    else:
+        served = REGISTRY
+    start_http_server(int(raw), addr=os.environ.get("METRICS_ADDR", "0.0.0.0"), registry=served)
+    logger.info("metrics of this pod's processes on port %s", raw)
+    return int(raw)
+
+
 # ---------------------------------------------------------------- process bookkeeping
 
 

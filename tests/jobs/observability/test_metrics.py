@@ -157,3 +157,25 @@ def test_requests_are_counted_by_a_few_fixed_verbs_and_kinds(
     method: str, args: tuple[Any, ...], expected: tuple[str, str]
 ) -> None:
     assert request_labels(method, args) == expected
+
+
+def test_a_worker_or_supervisor_pod_serves_its_processes_metrics_on_metrics_port(monkeypatch: Any) -> None:
+    import requests
+
+    from tests.client.conftest import free_port
+
+    port = free_port()
+    monkeypatch.setenv("METRICS_PORT", str(port))
+    monkeypatch.setenv("METRICS_ADDR", "127.0.0.1")
+    assert metrics.serve_process_metrics() == port
+    metrics.KUBERNETES_REQUESTS.labels("get", "Pod", "200").inc()
+    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    assert (
+        samples(text, "dispatch_kubernetes_requests_total")[
+            (("code", "200"), ("kind", "Pod"), ("verb", "get"))
+        ]
+        >= 1
+    )
+    assert "dispatch_jobs" not in text  # the database's figures are the web's
+    monkeypatch.delenv("METRICS_PORT")
+    assert metrics.serve_process_metrics() is None
