@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.validators import RegexValidator
 from django.http import Http404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
@@ -60,12 +61,14 @@ class EventsApi(APIView):
         parameters=[
             OpenApiParameter(
                 "after",
-                str,
+                {"type": "string", "pattern": r"^([0-9]{1,18}|now)?$"},
                 required=False,
                 description="a cursor from an earlier answer; empty: from the beginning; 'now': no events, "
                 "only the cursor of the newest change",
             ),
-            OpenApiParameter("limit", int, required=False, description=f"1 to {feed.PAGE_MAX}"),
+            OpenApiParameter(
+                "limit", {"type": "integer", "minimum": 1, "maximum": feed.PAGE_MAX}, required=False
+            ),
             OpenApiParameter("job", str, required=False, description="only this job's changes"),
         ],
         responses={200: FeedPageSerializer},
@@ -114,17 +117,37 @@ class NewEndpointSerializer(EndpointSerializer):
     secret = serializers.CharField(help_text="the signing secret (whsec_...): shown this once")
 
 
+URL_SHAPE = r"://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[!-~]*)?$"  # an ASCII host, a port, a printable path
+
+
+@extend_schema_field({"type": "string", "pattern": "^https" + URL_SHAPE, "maxLength": 2000})
+class EndpointUrlField(serializers.CharField):
+    """An https:// URL (http:// only where WEBHOOK_ALLOW_HTTP says so): webhooks.url_problem says what else is
+    refused, and why."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        shape = RegexValidator("^https?" + URL_SHAPE, "an https:// URL: an ASCII host name, a port, a path")
+        super().__init__(max_length=2000, validators=[shape], **kwargs)
+
+
+NAMESPACE_OR_ALL = RegexValidator(
+    r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)?$", "a namespace name (a DNS label), '*' for every job, or empty"
+)
+
+
 class EndpointInputSerializer(StrictSerializer):
-    url = serializers.URLField(max_length=2000)
+    url = EndpointUrlField()
     description = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
-    namespace = serializers.CharField(max_length=63, required=False, allow_blank=True, default="")
+    namespace = serializers.CharField(
+        max_length=63, required=False, allow_blank=True, default="", validators=[NAMESPACE_OR_ALL]
+    )
     event_types = serializers.ListField(
         child=serializers.ChoiceField(choices=payloads.EVENT_TYPES), required=False, default=list
     )
 
 
 class EndpointUpdateSerializer(StrictSerializer):
-    url = serializers.URLField(max_length=2000, required=False)
+    url = EndpointUrlField(required=False)
     description = serializers.CharField(max_length=200, required=False, allow_blank=True)
     event_types = serializers.ListField(
         child=serializers.ChoiceField(choices=payloads.EVENT_TYPES), required=False
@@ -258,7 +281,12 @@ class WebhookDeliveriesApi(APIView):
     @extend_schema(
         parameters=[
             OpenApiParameter("state", str, required=False, enum=["", "pending", "delivered", "failed"]),
-            OpenApiParameter("before", int, required=False, description="deliveries older than this cursor"),
+            OpenApiParameter(
+                "before",
+                {"type": "string", "pattern": "^[0-9]{1,18}$"},
+                required=False,
+                description="deliveries older than this cursor",
+            ),
         ],
         responses=DeliverySerializer(many=True),
         summary="An endpoint's deliveries, newest first (100 a page), each attempt with status and latency",

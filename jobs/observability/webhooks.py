@@ -139,7 +139,8 @@ def endpoint_create(
 ) -> tuple[WebhookEndpoint, str]:
     """A new endpoint and its secret (returned once: only a digest-free copy is kept, to sign with). It
     receives the changes made from now on."""
-    problem = url_problem(url)
+    # Where the host resolves to is checked on every send (a name can point elsewhere later).
+    problem = url_problem(url, resolve=False)
     if problem:
         raise WebhookInputError("url", problem)
     types = _check_types(event_types)
@@ -179,7 +180,7 @@ def endpoint_update(
     now = timezone.now()
     fields: dict[str, Any] = {"updated_at": now}
     if url is not None:
-        problem = url_problem(url)
+        problem = url_problem(url, resolve=False)
         if problem:
             raise WebhookInputError("url", problem)
         fields["url"] = url

@@ -69,7 +69,8 @@ def test_only_the_platform_role_subscribes_to_a_namespace_and_users_see_their_ow
     ("url", "field_error"),
     [
         ("ftp://hooks.example.com/x", "https"),
-        ("https://user:pw@hooks.example.com/x", "credentials"),
+        ("https://user:pw@hooks.example.com/x", "ASCII host name"),
+        ("https://hooks.exämple.com/x", "ASCII host name"),
     ],
 )
 def test_bad_urls_are_field_errors(make_user: Any, url: str, field_error: str) -> None:
