@@ -103,7 +103,7 @@ def test_status_wait_exits_3_for_a_refused_job(run: Callable[..., subprocess.Com
 
 def test_watch_yields_every_change_of_a_real_job_in_order(client: Client, supervisor: None) -> None:
     cursor = client.feed_cursor()
-    job = client.start(runtime="dispatch-kind", image=IMAGE, num_nodes=2, env={"KWOK_RUN_DURATION": "1s"})
+    job = client.start(runtime="dispatch-kind", image=IMAGE, num_nodes=2, env={"KWOK_RUN_DURATION": "3s"})
     seen: list[JobChange] = []
     for change in client.watch(after=cursor, polling_interval=0.5, timeout=120):
         seen.append(change)
@@ -137,7 +137,7 @@ def test_jobs_watch_prints_the_list_then_each_change(
         text=True,
     )
     time.sleep(3)  # the list is printed and the watch follows
-    job = client.start(runtime="dispatch-kind", image=IMAGE, num_nodes=1, env={"KWOK_RUN_DURATION": "1s"})
+    job = client.start(runtime="dispatch-kind", image=IMAGE, num_nodes=1, env={"KWOK_RUN_DURATION": "3s"})
     out, err = watch.communicate(timeout=60)
     client.cancel(earlier.id)
     lines = out.splitlines()

