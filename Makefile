@@ -34,7 +34,6 @@ $(SDK_VENV)/.installed: requirements-kubeflow-sdk.lock $(VENV)/.installed
 venv: $(VENV)/.installed ## create the virtualenv and install the pinned dependencies
 
 cluster-build: ## compile the local Kubernetes control plane (cached under ~/.cache/dispatch-cluster)
-	scripts/cluster build
 
 cluster-up: cluster-build ## start the local control plane (prints its kubeconfig)
 	scripts/cluster up
@@ -66,11 +65,11 @@ test: venv $(SDK_VENV)/.installed ## install and start PostgreSQL, Redis and the
 	scripts/services up
 	scripts/browser-deps
 	scripts/cluster build --kueue
+	scripts/monitoring-deps
 	$(MAKE) --no-print-directory lint
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
 chaos: venv ## 200 jobs through worker kills, Redis/PostgreSQL restarts and a 30 s API outage (its own PostgreSQL and Redis; CHAOS_SEED=n replays)
-	scripts/cluster build
 	scripts/cluster up >/dev/null
 	$(PY) scripts/chaos.py --jobs $${CHAOS_JOBS:-200} --seed $${CHAOS_SEED:-1}
 

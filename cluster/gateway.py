@@ -19,6 +19,7 @@ from urllib3.exceptions import HTTPError, MaxRetryError, NewConnectionError
 
 from cluster.client import api_client, request_timeout
 from cluster.errors import AlreadyExists, ClusterError, ClusterUnavailable, Conflict, NotFound, Rejected
+from dispatch_site import metrics
 from dispatch_site.readcache import ReadCache
 
 TRAINER_GROUP = "trainer.kubeflow.org"
@@ -127,8 +128,61 @@ requests_made = _RequestCounter()
 def call_api(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     # The generated client types custom-object results as `object`; they are plain dicts.
     requests_made.add()
-    with calling(what):
+    with counted(*request_labels(getattr(fn, "__name__", ""), args)), calling(what):
         return fn(*args, _request_timeout=request_timeout(), **kwargs)
+
+
+# The kinds behind the plurals a custom-object call names, and the success status of each verb.
+_KINDS = {
+    "trainjobs": "TrainJob",
+    "trainingruntimes": "TrainingRuntime",
+    "clustertrainingruntimes": "ClusterTrainingRuntime",
+    "jobsets": "JobSet",
+    "workloads": "Workload",
+    "localqueues": "LocalQueue",
+    "clusterqueues": "ClusterQueue",
+}
+_VERBS = {
+    "read": "get",
+    "get": "get",
+    "list": "list",
+    "create": "create",
+    "patch": "patch",
+    "delete": "delete",
+    "replace": "update",
+    "connect": "connect",
+    "watch": "watch",
+}
+_SUCCESS = {"create": "201"}
+
+
+def request_labels(method: str, args: tuple[Any, ...]) -> tuple[str, str]:
+    """(verb, kind) of a generated client method, e.g. ("list", "Pod") for list_pod_for_all_namespaces and
+    ("create", "TrainJob") for create_namespaced_custom_object(group, version, ns, "trainjobs", body): a few
+    fixed values each, so the request counter's series stay bounded."""
+    head, _, rest = method.partition("_")
+    verb = _VERBS.get(head, "other")
+    if rest.endswith("custom_object"):
+        plural = next((a for a in args[2:4] if isinstance(a, str) and a in _KINDS), "")
+        return verb, _KINDS.get(plural, "custom")
+    if method == "get_code":
+        return "get", "version"
+    rest = rest.removeprefix("get_").removeprefix("namespaced_").removesuffix("_for_all_namespaces")
+    return verb, "".join(part.capitalize() for part in rest.split("_")) or "other"
+
+
+@contextmanager
+def counted(verb: str, kind: str) -> Iterator[None]:
+    """Counts one API request in dispatch_kubernetes_requests_total{verb,kind,code}."""
+    code = "error"
+    try:
+        yield
+        code = _SUCCESS.get(verb, "200")
+    except ClusterError as exc:
+        code = str(exc.status) if exc.status else "error"
+        raise
+    finally:
+        metrics.KUBERNETES_REQUESTS.labels(verb, kind, code).inc()
 
 
 def custom() -> client.CustomObjectsApi:
@@ -391,7 +445,7 @@ def watch_pods(
     }
     if resource_version:
         kwargs["resource_version"] = resource_version
-    with calling("Pods (watch)"):
+    with counted("watch", "Pod"), calling("Pods (watch)"):
         for event in stream.stream(api.list_pod_for_all_namespaces, _preload_content=False, **kwargs):
             raw = event.get("raw_object") or {}
             if isinstance(raw, dict):

@@ -14,7 +14,7 @@ from typing import Any
 from urllib3.exceptions import HTTPError
 
 from cluster.client import request_timeout
-from cluster.gateway import calling, core, raw_list, requests_made, target
+from cluster.gateway import calling, core, counted, raw_list, requests_made, target
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
@@ -89,7 +89,7 @@ def read_log(
     """The container's log: its last `tail_lines` lines, at most `limit_bytes` bytes."""
     what = target("Pod", namespace, pod) + f" container {container}"
     requests_made.add()
-    with calling(what):
+    with counted("get", "PodLog"), calling(what):
         response: Any = core().read_namespaced_pod_log(
             pod,
             namespace,
@@ -123,7 +123,7 @@ def follow_log(
     before a streaming response has sent its headers."""
     what = target("Pod", namespace, pod) + f" container {container}"
     requests_made.add()
-    with calling(what):
+    with counted("get", "PodLog"), calling(what):
         response: Any = core().read_namespaced_pod_log(
             pod,
             namespace,

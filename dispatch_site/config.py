@@ -58,6 +58,14 @@ class Config:
     web_threads: int = 16
     long_requests_per_process: int = 8
     long_requests_per_user: int = 4
+    # Observability (jobs.observability): who may scrape /metrics, and how webhooks are delivered.
+    metrics_token: str = ""
+    webhook_retry_schedule: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
+    webhook_timeout_seconds: float = 10.0
+    webhook_allow_http: bool = False
+    webhook_allow_private_addresses: bool = False
+    webhook_secret_grace_seconds: int = 24 * 3600
+    webhook_sweep_seconds: int = 10
 
 
 def _parse_bool(name: str, raw: str) -> bool:
@@ -92,6 +100,17 @@ def _parse_int(name: str, raw: str, minimum: int) -> int:
     if value < minimum:
         raise ConfigError(f"{name}={raw!r} must be at least {minimum}")
     return value
+
+
+def _parse_schedule(name: str, raw: str) -> tuple[float, ...]:
+    """Seconds between attempts, comma-separated (e.g. 5,300,1800): each a positive number."""
+    try:
+        values = tuple(float(part) for part in raw.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: expected seconds separated by commas, e.g. 5,300,1800") from None
+    if not values or any(v <= 0 for v in values):
+        raise ConfigError(f"{name}={raw!r}: expected at least one positive number of seconds")
+    return values
 
 
 def _parse_proxy_ssl_header(raw: str) -> tuple[str, str] | None:
@@ -230,7 +249,28 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
         "SESSION_MAX_LIFETIME_SECONDS", env.get("SESSION_MAX_LIFETIME_SECONDS", str(24 * 3600)), 60
     )
 
+    webhook_timeout_raw = env.get("WEBHOOK_TIMEOUT_SECONDS", "10")
+    try:
+        webhook_timeout = float(webhook_timeout_raw)
+    except ValueError:
+        raise ConfigError(f"WEBHOOK_TIMEOUT_SECONDS={webhook_timeout_raw!r} is not a number") from None
+    if webhook_timeout <= 0:
+        raise ConfigError(f"WEBHOOK_TIMEOUT_SECONDS={webhook_timeout_raw!r} must be positive")
+
     return Config(
+        metrics_token=env.get("METRICS_TOKEN", "").strip(),
+        webhook_retry_schedule=_parse_schedule(
+            "WEBHOOK_RETRY_SCHEDULE", env.get("WEBHOOK_RETRY_SCHEDULE", "5,300,1800,7200,18000,36000,36000")
+        ),
+        webhook_timeout_seconds=webhook_timeout,
+        webhook_allow_http=_parse_bool("WEBHOOK_ALLOW_HTTP", env.get("WEBHOOK_ALLOW_HTTP", "false")),
+        webhook_allow_private_addresses=_parse_bool(
+            "WEBHOOK_ALLOW_PRIVATE_ADDRESSES", env.get("WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "false")
+        ),
+        webhook_secret_grace_seconds=_parse_int(
+            "WEBHOOK_SECRET_GRACE_SECONDS", env.get("WEBHOOK_SECRET_GRACE_SECONDS", "86400"), 0
+        ),
+        webhook_sweep_seconds=_parse_int("WEBHOOK_SWEEP_SECONDS", env.get("WEBHOOK_SWEEP_SECONDS", "10"), 1),
         supervisor_interval_seconds=supervisor_interval,
         no_capacity_after_seconds=no_capacity_after,
         stuck_after_seconds=stuck_after,

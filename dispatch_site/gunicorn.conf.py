@@ -25,3 +25,11 @@ graceful_timeout = 30
 keepalive = 5
 accesslog = "-"
 worker_tmp_dir = os.environ.get("WEB_WORKER_TMP_DIR", "/tmp")
+
+
+def child_exit(server: object, worker: object) -> None:
+    """Metrics in multiprocess mode (dispatch_site.metrics): a worker that exits is marked dead, so its live
+    gauges stop counting; its counters stay in the sum, as Prometheus expects of a counter."""
+    from dispatch_site.metrics import process_exited
+
+    process_exited(worker.pid)  # type: ignore[attr-defined]

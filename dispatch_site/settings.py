@@ -33,6 +33,7 @@ INSTALLED_APPS = [
     "dispatch_site",
     "runtimes",
     "jobs",
+    "jobs.observability",
 ]
 
 MIDDLEWARE = [
@@ -100,7 +101,7 @@ if not DEBUG:
 # Behind a TLS-terminating proxy: the header (and value) that proxy sets, e.g. X-Forwarded-Proto=https.
 SECURE_PROXY_SSL_HEADER = CONFIG.secure_proxy_ssl_header
 SECURE_SSL_REDIRECT = CONFIG.secure_ssl_redirect
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]  # probes from the kubelet speak plain HTTP
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]  # probes and scrapers speak plain HTTP
 SECURE_HSTS_SECONDS = CONFIG.hsts_seconds
 SECURE_HSTS_INCLUDE_SUBDOMAINS = CONFIG.hsts_seconds > 0
 SECURE_HSTS_PRELOAD = CONFIG.hsts_seconds > 0
@@ -173,6 +174,7 @@ SPECTACULAR_SETTINGS = {
         "JobStateEnum": "jobs.models.JobState",
         "SessionStateEnum": "jobs.models.SessionState",
         "RuntimeKindEnum": "runtimes.models.RuntimeKind",
+        "WebhookEventTypeEnum": "jobs.observability.payloads.EVENT_TYPES",
     },
 }
 
@@ -219,6 +221,23 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 SUPERVISOR_INTERVAL_SECONDS = CONFIG.supervisor_interval_seconds
+# Observability (jobs.observability, dispatch_site.metrics): README "Observability".
+CELERY_BEAT_SCHEDULE["webhooks-sweep"] = {
+    "task": "jobs.observability.tasks.webhooks_sweep",
+    "schedule": float(CONFIG.webhook_sweep_seconds),
+    "options": {"expires": float(CONFIG.webhook_sweep_seconds)},
+}
+CELERY_BEAT_SCHEDULE["job-counts-compact"] = {
+    "task": "jobs.observability.tasks.job_counts_compact",
+    "schedule": 30.0,
+    "options": {"expires": 30.0},
+}
+METRICS_TOKEN = CONFIG.metrics_token
+WEBHOOK_RETRY_SCHEDULE = CONFIG.webhook_retry_schedule
+WEBHOOK_TIMEOUT_SECONDS = CONFIG.webhook_timeout_seconds
+WEBHOOK_ALLOW_HTTP = CONFIG.webhook_allow_http
+WEBHOOK_ALLOW_PRIVATE_ADDRESSES = CONFIG.webhook_allow_private_addresses
+WEBHOOK_SECRET_GRACE_SECONDS = CONFIG.webhook_secret_grace_seconds
 NO_CAPACITY_AFTER_SECONDS = CONFIG.no_capacity_after_seconds
 STUCK_AFTER_SECONDS = CONFIG.stuck_after_seconds
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

@@ -18,6 +18,10 @@ SUPERVISE: Final = "jobs.supervision.tasks.supervise"
 SESSION_WATCH: Final = "jobs.sessions.tasks.session_watch"
 SESSION_CLOSE_WATCH: Final = "jobs.sessions.tasks.session_close_watch"
 SESSIONS_SWEEP: Final = "jobs.sessions.tasks.sessions_sweep"
+WEBHOOKS_FANOUT: Final = "jobs.observability.tasks.webhooks_fanout"
+WEBHOOK_DELIVER: Final = "jobs.observability.tasks.webhook_deliver"
+WEBHOOKS_SWEEP: Final = "jobs.observability.tasks.webhooks_sweep"
+JOB_COUNTS_COMPACT: Final = "jobs.observability.tasks.job_counts_compact"
 
 
 def send(name: str, *args: Any, countdown: float | None = None) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import path
 
 from jobs.dashboard import views
+from jobs.observability import views as observability_views
 from jobs.sessions import views as sessions_views
 
 urlpatterns = [
@@ -14,6 +15,13 @@ urlpatterns = [
     path("jobs/<str:job_id>/events/", views.job_events, name="job-events"),
     path("jobs/<str:job_id>/log/", views.job_log_tail, name="job-log"),
     path("jobs/<str:job_id>/cancel/", views.job_cancel_view, name="job-cancel"),
+    path("webhooks/", observability_views.webhooks_page, name="webhooks"),
+    path("webhooks/<int:endpoint_id>/", observability_views.webhook_page, name="webhook"),
+    path(
+        "webhooks/<int:endpoint_id>/<str:action>/",
+        observability_views.webhook_action_view,
+        name="webhook-action",
+    ),
     path("sessions/", sessions_views.sessions_page, name="sessions"),
     path("sessions/<str:session_id>/", sessions_views.session_page, name="session"),
     path("sessions/<str:session_id>/close/", sessions_views.session_close_view, name="session-close"),

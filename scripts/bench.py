@@ -13,6 +13,7 @@
    for all), one cycle's derivation for 5,000 / 50 executions (<= 120), pod failure -> state change latency.
 4. Dashboard (scripts/bench_dashboard.py): the job list's first page, unfiltered and state + cause, with
    100,000 / 100 jobs (<= 1.5), and the job page with 20 attempts of 64 ranks / 1 attempt of 2 (<= 5).
+5. Metrics (scripts/bench_metrics.py): one scrape of GET /metrics with 100,000 jobs (< 50 ms).
 The report is printed and written to var/bench/report.md.
 """
 
@@ -188,6 +189,7 @@ def main() -> None:
 
     log("dashboard: job list with 100 / 100,000 jobs, job page 1x2 / 20x64 ...")
     lines += dashboard_lines(dashboard_run())
+    lines += __import__("scripts.bench_metrics", fromlist=["bench_lines"]).bench_lines()  # issue 23
     report = "\n".join(lines) + "\n"
     out = REPO / "var" / "bench"
     out.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,16 @@ from dispatch_client.errors import (
     SessionNotRunning,
     Unauthorized,
 )
-from dispatch_client.models import ExecResult, Job, Plan, Runtime, RuntimeList, RuntimeRef, SessionInfo
+from dispatch_client.models import (
+    ExecResult,
+    Job,
+    JobChange,
+    Plan,
+    Runtime,
+    RuntimeList,
+    RuntimeRef,
+    SessionInfo,
+)
 
 __all__ = [
     "BadRequest",
@@ -30,6 +39,7 @@ __all__ = [
     "ExecTimedOut",
     "Forbidden",
     "Job",
+    "JobChange",
     "JobEnded",
     "NotFound",
     "Plan",

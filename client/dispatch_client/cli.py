@@ -3,15 +3,16 @@
     dispatch plan -f job.yaml                   # or flags: --runtime --namespace --image --num-nodes ...
     dispatch start -f job.yaml [--wait]
     dispatch status JOB_ID [--wait [--state running] [--timeout 600]]
-    dispatch jobs [--state queued]
+    dispatch jobs [--state queued] [--watch]
     dispatch cancel JOB_ID
     dispatch runtimes
     dispatch session open --runtime NAME --image IMAGE [--num-nodes N] [--namespace NS]
     dispatch session exec SESSION_ID -- hostname -f      # one argument runs with sh -c, several directly
     dispatch session close SESSION_ID
 
-Exit codes: 0 done; 1 the API answered with an error (its message and reason codes on stderr);
-2 bad usage or an unreadable job file; 3 refused (plan or start: every reason is printed); 4 timed out;
+Exit codes: 0 done; 1 the API answered with an error (its message and reason codes on stderr), or a waited-for
+job ended failed; 2 bad usage or an unreadable job file; 3 refused (plan, start, or a waited-for job refused:
+every reason is printed); 4 timed out;
 ``session exec`` exits with the command's own exit code (255 when the API server reported none).
 """
 
@@ -21,13 +22,13 @@ import argparse
 import json
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from dispatch_client.client import NAMESPACE_ENV, TOKEN_ENV, URL_ENV, Client
 from dispatch_client.errors import BadRequest, DispatchError, JobEnded, Refused
-from dispatch_client.models import Job, Plan, Reason, SessionInfo
+from dispatch_client.models import Job, JobChange, Plan, Reason, SessionInfo
 
 EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_REFUSED, EXIT_TIMEOUT = 0, 1, 2, 3, 4
 EXIT_NO_RETURNCODE = 255
@@ -163,18 +164,34 @@ def cmd_plan(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_REFUSED if plan.refused else EXIT_OK
 
 
+def ended_code(state: str, wanted: Sequence[str] | None) -> int:
+    """The exit code of a wait that ended with the job in `state`: refused 3 and failed 1 (as plan does),
+    unless the caller waited for exactly that state; anything else 0."""
+    if wanted and state in wanted:
+        return EXIT_OK
+    if state == "refused":
+        return EXIT_REFUSED
+    if state == "failed":
+        return EXIT_API
+    return EXIT_OK
+
+
 def _wait_and_show(client: Client, job_id: str, args: argparse.Namespace, out: TextIO) -> int:
     try:
         job = client.wait(job_id, args.state or None, timeout=args.timeout, polling_interval=args.interval)
     except JobEnded as exc:
         _emit_json(out, exc.job.data) if args.json else _show_job(out, exc.job)
         sys.stderr.write(f"dispatch: {exc}\n")
-        return EXIT_API
+        return EXIT_REFUSED if exc.job.state == "refused" else EXIT_API
     except TimeoutError as exc:
         sys.stderr.write(f"dispatch: {exc}\n")
         return EXIT_TIMEOUT
     _emit_json(out, job.data) if args.json else _show_job(out, job)
-    return EXIT_OK
+    code = ended_code(job.state, args.state)
+    if code != EXIT_OK:
+        why = f" ({job.cause}: {job.message})" if job.cause or job.message else ""
+        sys.stderr.write(f"dispatch: job {job.id} ended {job.state}{why}\n")
+    return code
 
 
 def cmd_start(client: Client, args: argparse.Namespace, out: TextIO) -> int:
@@ -194,15 +211,42 @@ def cmd_status(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def _change_line(change: JobChange) -> str:
+    moved = f"{change.from_state or 'new'} -> {change.to_state}" if change.to_state else change.kind
+    cause = f" cause={change.cause}" if change.cause else ""
+    attempt = f" attempt={change.attempt}" if change.attempt else ""
+    rank = f" rank={change.rank}" if change.rank is not None else ""
+    exit_code = f" exit={change.exit_code}" if change.exit_code is not None else ""
+    message = f"  {change.message}" if change.message else ""
+    return f"{change.at}  {change.job}  {moved}{cause}{attempt}{rank}{exit_code}{message}"
+
+
 def cmd_jobs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    changes: Iterator[JobChange] | None = None
+    if args.watch:
+        # Where the feed stands now, before the list is read: nothing between the two is missed.
+        changes = client.watch(
+            after=client.feed_cursor(), polling_interval=args.interval, timeout=args.watch_timeout
+        )
     jobs = client.jobs(
         state=args.state, runtime=args.runtime, namespace=args.namespace, owner=args.owner, limit=args.limit
     )
-    if args.json:
+    if args.json and changes is None:
         _emit_json(out, [j.data for j in jobs])
     else:
         for job in jobs:
             out.write(_job_line(job) + "\n")
+    if changes is None:
+        return EXIT_OK
+    out.flush()
+    try:
+        for change in changes:
+            if args.namespace and change.namespace != args.namespace:
+                continue
+            out.write((json.dumps(change.data, sort_keys=True) if args.json else _change_line(change)) + "\n")
+            out.flush()
+    except KeyboardInterrupt:
+        pass
     return EXIT_OK
 
 
@@ -346,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dispatch",
         description="Plan, start and supervise TrainJobs through dispatch, and run commands in sessions.",
-        epilog="Exit codes: 0 done, 1 API error, 2 usage, 3 refused, 4 timed out; "
+        epilog="Exit codes: 0 done, 1 API error or the job ended failed, 2 usage, 3 refused, 4 timed out; "
         "session exec exits with the command's code.",
     )
     parser.add_argument(
@@ -371,10 +415,13 @@ def build_parser() -> argparse.ArgumentParser:
     _wait_flags(p, with_switch=True)
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("jobs", help="jobs you may see, newest first")
+    p = sub.add_parser("jobs", help="jobs you may see, newest first; --watch then follows every change")
     for flag in ("--state", "--runtime", "--namespace", "--owner"):
         p.add_argument(flag)
     p.add_argument("--limit", type=int)
+    p.add_argument("--watch", action="store_true", help="then print each change as it happens (the feed)")
+    p.add_argument("--interval", type=float, default=2, help="--watch: polling interval in seconds")
+    p.add_argument("--watch-timeout", type=float, help="--watch: stop after this many seconds")
     p.set_defaults(func=cmd_jobs)
 
     p = sub.add_parser("cancel", help="cancel a job (deletes its TrainJob)")
@@ -427,6 +474,8 @@ def _report(err: DispatchError) -> int:
     if err.reasons:
         sys.stderr.write("reasons:\n")
         _reasons(sys.stderr, err.reasons)
+    if isinstance(err, Refused) and err.job_id:
+        sys.stderr.write(f"the refusal is recorded as job {err.job_id}\n")
     return EXIT_REFUSED if isinstance(err, Refused) else EXIT_API
 
 

@@ -16,7 +16,7 @@ import http.client
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -35,6 +35,7 @@ from dispatch_client.models import (
     TERMINAL_JOB_STATES,
     ExecResult,
     Job,
+    JobChange,
     Plan,
     Runtime,
     RuntimeList,
@@ -252,6 +253,47 @@ class Client:
                     f"(waiting for {' or '.join(sorted(wanted))})"
                 )
             time.sleep(min(polling_interval, remaining))
+
+    def feed_cursor(self) -> str:
+        """The change feed's cursor now: ``watch(after=cursor)`` yields what changes from here on."""
+        _, body = self.request("GET", "/api/v1/events", params={"after": "now"})
+        return str(body.get("cursor") or "")
+
+    def watch(
+        self,
+        *,
+        after: str | None = "now",
+        job: str | None = None,
+        polling_interval: float = 2,
+        timeout: float | None = None,
+        page_size: int = 500,
+    ) -> Iterator[JobChange]:
+        """Follows the change feed (``GET /api/v1/events``): yields every change of the jobs the caller may
+        see, in order, as ``JobChange`` records. ``after`` is where to start: ``"now"`` (the default) for
+        changes from now on, ``None`` or ``""`` for every change the feed holds, or a ``change.cursor`` seen
+        before (nothing is skipped or repeated across reconnects). ``job`` follows one job only. Polls every
+        ``polling_interval`` seconds while nothing new is there; returns after ``timeout`` seconds (never,
+        when None)."""
+        if polling_interval <= 0:
+            raise ValueError("polling_interval must be positive")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        cursor = self.feed_cursor() if after == "now" else after or ""
+        while True:
+            params: dict[str, Any] = {"after": cursor, "limit": page_size}
+            if job:
+                params["job"] = job
+            _, body = self.request("GET", "/api/v1/events", params=params)
+            for item in body.get("events") or []:
+                yield JobChange.from_api(item)
+            cursor = str(body.get("cursor") or cursor)
+            if body.get("more"):
+                continue
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            pause = (
+                polling_interval if deadline is None else min(polling_interval, deadline - time.monotonic())
+            )
+            time.sleep(max(0.0, pause))
 
     def cancel(self, job_id: str) -> Job:
         """Cancels a job: the service deletes its TrainJob; state ``cancelled``."""

@@ -163,6 +163,52 @@ class Job:
 
 
 @dataclass(frozen=True)
+class JobChange:
+    """One change of a job, as the change feed (``Client.watch``) reports it: a state change (``from_state`` →
+    ``to_state``, with the ``cause``), a retry scheduled, an attempt started, an identity finding. ``cursor``
+    is its place in the feed: ``watch(after=change.cursor)`` goes on after it."""
+
+    cursor: str
+    type: str
+    kind: str
+    job: str
+    namespace: str
+    from_state: str
+    to_state: str
+    cause: str
+    attempt: int | None
+    at: str
+    message: str
+    rank: int | None
+    exit_code: int | None
+    data: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> JobChange:
+        attempt, rank, exit_code = data.get("attempt"), data.get("rank"), data.get("exit_code")
+        return cls(
+            cursor=_str(data.get("cursor")),
+            type=_str(data.get("type")),
+            kind=_str(data.get("kind")),
+            job=_str(data.get("job")),
+            namespace=_str(data.get("namespace")),
+            from_state=_str(data.get("from_state")),
+            to_state=_str(data.get("to_state")),
+            cause=_str(data.get("cause")),
+            attempt=attempt if isinstance(attempt, int) else None,
+            at=_str(data.get("at")),
+            message=_str(data.get("message")),
+            rank=rank if isinstance(rank, int) else None,
+            exit_code=exit_code if isinstance(exit_code, int) else None,
+            data=data,
+        )
+
+    @property
+    def terminal(self) -> bool:
+        return self.to_state in TERMINAL_JOB_STATES
+
+
+@dataclass(frozen=True)
 class Runtime:
     """A runtime the service knows: allow-listed or seen in the cluster, with its last verdict."""
 

@@ -7,6 +7,7 @@ own loaded after the page, so a slow or unreachable API server never holds the p
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 from typing import Any
@@ -18,6 +19,7 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.cache import patch_vary_headers
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
@@ -27,11 +29,12 @@ from cluster.errors import ClusterError
 from dispatch_site import roles
 from dispatch_site.causes import Cause
 from dispatch_site.pages import POLL_SECONDS, page_login_required, render_live
-from jobs import selectors
+from jobs import selectors, versions
 from jobs.dashboard import selectors as dashboard
 from jobs.dashboard.logs_api import LOG_PAGE_TAIL, LogNotFound, read_rank_log
 from jobs.models import ACTIVE_STATES, Execution, Job, JobState
 from jobs.naming import runtime_copy_name
+from jobs.observability import feed
 from jobs.submission import cancel, errors
 from runtimes.fixes import FIXES, fix_for
 from runtimes.selectors import site_settings
@@ -144,14 +147,22 @@ def list_context(request: HttpRequest) -> dict[str, Any]:
 
 @page_login_required
 def jobs_page(request: HttpRequest) -> HttpResponse:
+    # The rows change when the change feed moves (a submission, a state change: jobs.observability.feed).
+    fingerprint = "|".join(str(p) for p in (request.user.pk, request.get_full_path(), *feed.version()))
+    tag = versions.etag(hashlib.sha256(fingerprint.encode()).hexdigest()[:32])
+    unchanged = _unchanged(request, tag)
+    if unchanged is not None:
+        return unchanged
     context = list_context(request)
+    context["etag"] = tag
     if not getattr(request, "htmx", False):
         jobs = selectors.jobs_filtered(
             request.user,
             **{k: v for k, v in context["form"].cleaned_data.items() if v and k in _COUNTED},
         )
         context["count"], context["more"] = selectors.capped_count(jobs)
-    return render_live(request, "jobs/list.html", "jobs/_rows.html", context)
+    response = render_live(request, "jobs/list.html", "jobs/_rows.html", context)
+    return _live_headers(response, tag) if getattr(request, "htmx", False) else response
 
 
 _COUNTED = {"q", "state", "cause", "namespace", "runtime", "owner", "identity_warning", "window"}
@@ -348,10 +359,31 @@ def _status_context(request: HttpRequest, job: Job) -> dict[str, Any]:
     }
 
 
+def _unchanged(request: HttpRequest, tag: str) -> HttpResponse | None:
+    """A live part's poll that names the ETag it was rendered with gets 304 while nothing changed: no
+    rendering, and htmx keeps the part as it is (static/js/dispatch.js, base.html)."""
+    if getattr(request, "htmx", False) and versions.matches(request.headers.get("If-None-Match", ""), tag):
+        return _live_headers(HttpResponse(status=304), tag)
+    return None
+
+
+def _live_headers(response: HttpResponse, tag: str) -> HttpResponse:
+    response["ETag"] = tag
+    response["Cache-Control"] = "private, no-cache"
+    patch_vary_headers(response, ("HX-Request",))
+    return response
+
+
 @page_login_required
 def job_page(request: HttpRequest, job_id: str) -> HttpResponse:
     job = _visible_job(request, job_id)
+    # What the live part shows: the job's row and timeline (jobs.versions), and whether this user may cancel.
+    tag = versions.etag(versions.job_fingerprint(job, selectors.may_cancel(request.user, job), "status"))
+    unchanged = _unchanged(request, tag)
+    if unchanged is not None:
+        return unchanged
     context = _status_context(request, job)
+    context["etag"] = tag
     if not getattr(request, "htmx", False):
         plan = job.plan or {}
         objects = plan.get("objects") or {}
@@ -371,7 +403,8 @@ def job_page(request: HttpRequest, job_id: str) -> HttpResponse:
             "spec_yaml": _yaml(job.spec),
             "kubectl": kubectl_commands(job, context["executions"], label_domain),
         }
-    return render_live(request, "jobs/detail.html", "jobs/_status.html", context)
+    response = render_live(request, "jobs/detail.html", "jobs/_status.html", context)
+    return _live_headers(response, tag) if getattr(request, "htmx", False) else response
 
 
 @page_login_required

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from cluster import exec as pods
 from cluster.errors import ClusterError, NotFound, Rejected
-from dispatch_site import roles
+from dispatch_site import metrics, roles
 from dispatch_site.audit import audit_record
 from jobs.models import Session, SessionState
 from jobs.sessions.errors import (
@@ -165,6 +165,7 @@ def _record_exec(
     returncode = output.returncode if output is not None else None
     bytes_out = output.bytes_out if output is not None else 0
     duration_ms = int((time.monotonic() - started) * 1000)
+    metrics.SESSION_EXEC.observe(duration_ms / 1000)
     # The audit log is the session's command history too (one row per command, one write).
     audit_record(
         actor=actor,

@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 from cluster.errors import ClusterError
 from dispatch_site import roles
 from dispatch_site.api import CreatedCursorPagination, DetailSerializer
-from jobs import recovery, selectors
+from jobs import recovery, selectors, versions
 from jobs.models import Execution, Job, JobEvent, JobState
 from jobs.serializers import JobSpecSerializer
 from jobs.submission import cancel, errors, planning, submit
@@ -387,12 +387,20 @@ class JobListCreateApi(ListAPIView):
 
 
 class JobDetailApi(APIView):
-    @extend_schema(responses=JobDetailSerializer, summary="One job with its plan and executions")
+    @extend_schema(
+        parameters=[OpenApiParameter("If-None-Match", str, OpenApiParameter.HEADER, required=False)],
+        responses={200: JobDetailSerializer, 304: None},
+        summary="One job with its plan and executions (ETag; If-None-Match answers 304 when unchanged)",
+    )
     def get(self, request: Request, job_id: str) -> Response:
         job = selectors.job_for(request.user, job_id)
         if job is None:
             raise Http404("no such job")
-        return Response(JobDetailSerializer(job).data)
+        tag = versions.etag(versions.job_fingerprint(job))  # If-None-Match: 304 when nothing changed
+        headers = {"ETag": tag, "Cache-Control": "private, no-cache"}
+        if versions.matches(request.headers.get("If-None-Match", ""), tag):
+            return Response(status=status.HTTP_304_NOT_MODIFIED, headers=headers)
+        return Response(JobDetailSerializer(job).data, headers=headers)
 
 
 class JobCancelApi(APIView):

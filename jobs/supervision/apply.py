@@ -62,6 +62,16 @@ def _event(job_id: str, attempt: int | None, kind: str, message: str, **fields: 
     )
 
 
+def _new_findings(before: list[Any] | None, after: list[Any]) -> list[Any]:
+    """Identity findings in `after` that `before` did not have (by attempt, rank and restart attempt)."""
+
+    def key(finding: Any) -> tuple[Any, ...]:
+        return (finding.get("attempt"), finding.get("rank"), finding.get("restart_attempt"))
+
+    seen = {key(f) for f in before or [] if isinstance(f, dict)}
+    return [f for f in after or [] if isinstance(f, dict) and key(f) not in seen]
+
+
 def apply_status(*, execution_id: int, status: DerivedStatus, digest: str = "") -> bool:
     """Write one execution's derived status; True when its state changed. Compare-and-set under row locks
     (job, then execution: the order every writer uses), so a second supervisor with the same observation
@@ -104,6 +114,11 @@ def apply_status(*, execution_id: int, status: DerivedStatus, digest: str = "") 
         if status.terminal:
             fields["finished_at"] = now
         Execution.objects.filter(pk=execution.pk).update(**fields)
+        new_findings = _new_findings(execution.identity_findings, status.identity_findings)
+        # On the timeline; metrics, webhooks and the change feed see it there (jobs.observability).
+        if new_findings:
+            why = "; ".join(str(f.get("why", "")) for f in new_findings)
+            _event(job.pk, execution.attempt, "identity-finding", why, details={"findings": new_findings})
 
         job_fields: dict[str, Any] = {
             "cause": status.cause or "",

@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from cluster import gateway
 from cluster.errors import ClusterError
+from dispatch_site import metrics
 from jobs.models import Execution, SupervisorCycle
 from jobs.naming import trainjob_name_prefix
 from jobs.supervision.apply import (
@@ -145,6 +146,7 @@ def supervise(*, name: str = "supervisor", tombstones: Iterable[Mapping[str, Any
         raise
     finally:
         report.duration_ms = int((time.monotonic() - started) * 1000)
+        metrics.SUPERVISOR_CYCLE.observe(report.duration_ms / 1000)
         _release(name, report)
     return report
 

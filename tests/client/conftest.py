@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,10 @@ from typing import Any
 import pytest
 import requests
 from django.conf import settings
+
+from dispatch_site import roles
+from dispatch_site.services import user_create
+from runtimes.models import AllowListEntry
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -177,3 +182,36 @@ def server_logs(dispatch_server: Dispatch) -> Callable[[], str]:
         return "\n".join(out)
 
     return tails
+
+
+# ---------------------------------------------------------------- the `dispatch` command line
+
+DISPATCH = Path(sys.executable).parent / "dispatch"
+IMAGE = "localhost/trainer:v1"
+
+
+@pytest.fixture
+def run(dispatch_server: Dispatch, namespace: str) -> Any:
+    """`dispatch ARGS...` as a subprocess, as a plain user granted the test's namespace."""
+    AllowListEntry.objects.get_or_create(
+        kind="ClusterTrainingRuntime", namespace="", name="dispatch-kind", defaults={"for_jobs": True}
+    )
+    _, token = user_create(username=f"cli-{uuid.uuid4().hex[:8]}", role=roles.USER, namespaces=[namespace])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")} | {
+        "DISPATCH_URL": dispatch_server.url,
+        "DISPATCH_TOKEN": token,
+        "DISPATCH_NAMESPACE": namespace,
+    }
+
+    def dispatch(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(DISPATCH), *args],
+            env=env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+
+    return dispatch

@@ -4,52 +4,17 @@ real dispatch server process over HTTP, with the real worker and control plane b
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dispatch_site import roles
-from dispatch_site.services import user_create
 from runtimes.models import AllowListEntry
-from tests.client.conftest import Dispatch
+from tests.client.conftest import IMAGE
 from tests.support.dispatch import GROUP, VERSION, runtime_body, trainer_job
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
-
-DISPATCH = Path(sys.executable).parent / "dispatch"
-IMAGE = "localhost/trainer:v1"
-
-
-@pytest.fixture
-def run(dispatch_server: Dispatch, namespace: str) -> Any:
-    AllowListEntry.objects.get_or_create(
-        kind="ClusterTrainingRuntime", namespace="", name="dispatch-kind", defaults={"for_jobs": True}
-    )
-    _, token = user_create(username=f"cli-{uuid.uuid4().hex[:8]}", role=roles.USER, namespaces=[namespace])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")} | {
-        "DISPATCH_URL": dispatch_server.url,
-        "DISPATCH_TOKEN": token,
-        "DISPATCH_NAMESPACE": namespace,
-    }
-
-    def dispatch(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(DISPATCH), *args],
-            env=env,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
-
-    return dispatch
 
 
 def test_plan_start_status_jobs_cancel_from_files_and_flags(run: Any, tmp_path: Path, namespace: str) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from dispatch_site import metrics
 from jobs.supervision import cycle
 from jobs.supervision.watch import run_forever
 
@@ -26,6 +27,7 @@ class Command(BaseCommand):
                 f"api_requests={report.api_requests} duration_ms={report.duration_ms} error={report.error!r}"
             )
             return
+        metrics.serve_process_metrics()  # METRICS_PORT: this pod's metrics (README "Observability")
         stop = {"now": False}
 
         def _stop(*_: Any) -> None:

@@ -1,0 +1,104 @@
+"""Figures the database holds, read at scrape time (dispatch_site.metrics.register_scrape_collector):
+
+- dispatch_jobs{state,cause,namespace}: jobs by state, cause and namespace. On PostgreSQL from the count table
+  that triggers keep (jobs.observability.models.JobCount): a few hundred rows plus the deltas since the last
+  compaction, however many jobs there are; elsewhere (SQLite under `make up`) one grouped query on the jobs;
+- dispatch_supervisor_lag_seconds: since the supervisor's last cycle finished (its row), so a supervisor that
+  stopped shows a growing lag, which a figure kept in its own process could not;
+- dispatch_webhook_endpoints_disabled: endpoints disabled after repeated failures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from jobs.models import Job, SupervisorCycle
+from jobs.observability.models import JobCount, JobCountDelta, WebhookEndpoint
+
+COMPACT_LOCK = 0x64_69_73_70_63_6E_74  # pg_advisory_xact_lock key of the compaction ("dispcnt")
+
+
+def job_counts() -> list[tuple[str, str, str, int]]:
+    """(state, cause, namespace, count) for every combination that has jobs: one query."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"""
+                SELECT state, cause, namespace, sum(n) FROM (
+                    SELECT state, cause, namespace, n FROM {JobCount._meta.db_table}
+                    UNION ALL
+                    SELECT state, cause, namespace, n FROM {JobCountDelta._meta.db_table}
+                ) AS counted
+                GROUP BY state, cause, namespace HAVING sum(n) <> 0
+                """
+            )
+        else:
+            cursor.execute(
+                f"SELECT state, cause, namespace, count(*) FROM {Job._meta.db_table} "
+                "GROUP BY state, cause, namespace"
+            )
+        return [(str(s), str(c), str(n), int(k)) for s, c, n, k in cursor.fetchall()]
+
+
+def compact_job_counts() -> int:
+    """Fold the deltas the triggers appended into the count rows (one compaction at a time); returns how many
+    deltas it folded. A delta of a transaction not yet committed is not seen, and folded next time."""
+    if connection.vendor != "postgresql":
+        return 0
+    counts, deltas = JobCount._meta.db_table, JobCountDelta._meta.db_table
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [COMPACT_LOCK])
+        cursor.execute(
+            f"""
+            WITH moved AS (DELETE FROM {deltas} RETURNING state, cause, namespace, n),
+                 summed AS (SELECT state, cause, namespace, sum(n) AS n, count(*) AS rows
+                            FROM moved GROUP BY state, cause, namespace),
+                 folded AS (
+                    INSERT INTO {counts} (state, cause, namespace, n)
+                    SELECT state, cause, namespace, n FROM summed
+                    ON CONFLICT (state, cause, namespace) DO UPDATE SET n = {counts}.n + EXCLUDED.n
+                 )
+            SELECT coalesce(sum(rows), 0) FROM summed
+            """
+        )
+        row = cursor.fetchone()
+        cursor.execute(f"DELETE FROM {counts} WHERE n = 0")
+    return int(row[0]) if row else 0
+
+
+class DatabaseCollector(Collector):
+    source = "database"
+
+    def collect(self) -> Iterable[Any]:
+        jobs = GaugeMetricFamily(
+            "dispatch_jobs",
+            "Jobs by state, typed cause and namespace.",
+            labels=["state", "cause", "namespace"],
+        )
+        for state, cause, namespace, count in job_counts():
+            jobs.add_metric([state, cause or "none", namespace], count)
+        yield jobs
+        lag = GaugeMetricFamily(
+            "dispatch_supervisor_lag_seconds",
+            "Seconds since the supervisor's last cycle finished (absent before its first cycle).",
+            labels=["supervisor"],
+        )
+        now = timezone.now()
+        for name, finished in SupervisorCycle.objects.values_list("name", "finished_at"):
+            if finished is not None:
+                lag.add_metric([name], max(0.0, (now - finished).total_seconds()))
+        yield lag
+        disabled = GaugeMetricFamily(
+            "dispatch_webhook_endpoints_disabled",
+            "Webhook endpoints disabled after repeated failed deliveries.",
+        )
+        disabled.add_metric(
+            [], WebhookEndpoint.objects.filter(active=False).exclude(disabled_reason="").count()
+        )
+        yield disabled

@@ -1,0 +1,520 @@
+"""Status webhooks: endpoints (subscriptions), the fan-out of changes into deliveries, and sending them.
+
+- An endpoint belongs to a user and receives the changes of their own jobs, or (platform) of every job in a
+  namespace. Its secret is shown once, at creation and at each rotation; during a rotation's grace period
+  messages carry a signature for the old secret too.
+- The fan-out reads the outbox (jobs.observability.feed: numbered in commit order) after each endpoint's
+  cursor and records one delivery per change, its webhook-id fixed (`msg_<endpoint>_<seq>`), in one
+  transaction with the cursor's move. Nothing is lost when Redis loses its queues: the deliveries and the
+  cursors are rows, and the periodic sweep sends whatever is due.
+- Per job, in order: a delivery is sent only when no earlier delivery of the same job to the same endpoint is
+  still pending (compare-and-set claim), and a delivered one hands over to the next.
+- A failed attempt is retried on the schedule WEBHOOK_RETRY_SCHEDULE (exponential, over hours by default);
+  when every attempt of a delivery failed, the endpoint is disabled and says why; re-enabling it sends what
+  waited, in order.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import socket
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlparse
+
+import requests
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
+from django.utils import timezone
+
+from dispatch_site import metrics, roles
+from dispatch_site.audit import audit_record
+from jobs import enqueue
+from jobs.observability import feed, payloads, signing
+from jobs.observability.models import (
+    Change,
+    DeliveryState,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
+
+logger = logging.getLogger(__name__)
+
+FANOUT_BATCH = 1000
+CLAIM_SECONDS = 120  # longer than one attempt (connect + read timeout)
+COUNTDOWN_MAX = 300  # a retry due within this is sent by a countdown; later ones by the sweep
+ERROR_CHARS = 500
+ALL_NAMESPACES = "*"
+
+
+class WebhookInputError(ValueError):
+    """A bad endpoint request: `field` names what is wrong (a 400 with field errors)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class NotAllowed(PermissionError):
+    pass
+
+
+# ---------------------------------------------------------------- addresses
+
+
+def _forbidden_address(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    return bool(
+        ip.is_private
+        or ip.is_loopback
+        or ip.is_link_local
+        or ip.is_multicast
+        or ip.is_reserved
+        or ip.is_unspecified
+    )
+
+
+def url_problem(url: str, *, resolve: bool = True) -> str:
+    """Why dispatch will not POST to this URL, or "". HTTPS only (WEBHOOK_ALLOW_HTTP for tests); never to a
+    private, loopback or link-local address (WEBHOOK_ALLOW_PRIVATE_ADDRESSES for tests), checked on every
+    send, since a name can resolve differently later."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("https", "http") or not parsed.hostname:
+        return "must be an https:// URL with a host"
+    if parsed.scheme == "http" and not settings.WEBHOOK_ALLOW_HTTP:
+        return "must be an https:// URL (plain http is not allowed here)"
+    if parsed.username or parsed.password:
+        return "must not carry credentials in the URL (sign with the endpoint's secret instead)"
+    if settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES or not resolve:
+        return ""
+    try:
+        infos = socket.getaddrinfo(parsed.hostname, parsed.port or 443, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError) as exc:
+        return f"its host {parsed.hostname!r} does not resolve: {exc}"
+    for info in infos:
+        if _forbidden_address(str(info[4][0])):
+            return f"its host {parsed.hostname!r} resolves to {info[4][0]}, a private or local address"
+    return ""
+
+
+# ---------------------------------------------------------------- endpoints
+
+
+def endpoints_of(user: Any) -> QuerySet[WebhookEndpoint]:
+    """The endpoints a user may see and manage: their own; platform: every one."""
+    endpoints = WebhookEndpoint.objects.select_related("owner")
+    return endpoints if roles.is_platform(user) else endpoints.filter(owner_id=user.pk)
+
+
+def _check_types(event_types: Iterable[str]) -> list[str]:
+    types = list(dict.fromkeys(event_types))
+    unknown = [t for t in types if t not in payloads.EVENT_TYPES]
+    if unknown:
+        raise WebhookInputError(
+            "event_types", f"unknown event type {unknown[0]!r}; one of {', '.join(payloads.EVENT_TYPES)}"
+        )
+    return types
+
+
+def _check_namespace(user: Any, namespace: str) -> str:
+    if namespace and not roles.is_platform(user):
+        raise NotAllowed("only the platform role subscribes to a namespace; leave it empty for your own jobs")
+    return namespace
+
+
+def endpoint_create(
+    *,
+    owner: Any,
+    url: str,
+    namespace: str = "",
+    description: str = "",
+    event_types: Sequence[str] = (),
+) -> tuple[WebhookEndpoint, str]:
+    """A new endpoint and its secret (returned once: only a digest-free copy is kept, to sign with). It
+    receives the changes made from now on."""
+    # Where the host resolves to is checked on every send (a name can point elsewhere later).
+    problem = url_problem(url, resolve=False)
+    if problem:
+        raise WebhookInputError("url", problem)
+    types = _check_types(event_types)
+    _check_namespace(owner, namespace)
+    feed.sequence()
+    secret = signing.new_secret()
+    endpoint = WebhookEndpoint.objects.create(
+        owner=owner,
+        url=url,
+        namespace=namespace,
+        description=description,
+        event_types=types,
+        secret=secret,
+        fanned_seq=feed.latest_seq(),
+    )
+    audit_record(
+        actor=owner,
+        action="webhook.create",
+        object_type="webhook",
+        object_id=str(endpoint.pk),
+        details={"url": url, "namespace": namespace, "event_types": types},
+    )
+    return endpoint, secret
+
+
+def endpoint_update(
+    *,
+    actor: Any,
+    endpoint: WebhookEndpoint,
+    url: str | None = None,
+    description: str | None = None,
+    event_types: Sequence[str] | None = None,
+    active: bool | None = None,
+) -> WebhookEndpoint:
+    """Change an endpoint. active=False pauses it (deliveries wait); active=True (re)enables it and sends
+    what waited, in order, a fresh retry schedule for deliveries that had failed."""
+    now = timezone.now()
+    fields: dict[str, Any] = {"updated_at": now}
+    if url is not None:
+        problem = url_problem(url, resolve=False)
+        if problem:
+            raise WebhookInputError("url", problem)
+        fields["url"] = url
+    if description is not None:
+        fields["description"] = description
+    if event_types is not None:
+        fields["event_types"] = _check_types(event_types)
+    with transaction.atomic():
+        if active is True:
+            fields |= {"active": True, "disabled_at": None, "disabled_reason": ""}
+            WebhookDelivery.objects.filter(endpoint=endpoint, state=DeliveryState.FAILED).update(
+                state=DeliveryState.PENDING, attempts=0, next_attempt_at=now, claim_until=None
+            )
+        elif active is False:
+            fields |= {
+                "active": False,
+                "disabled_at": now,
+                "disabled_reason": f"paused by {actor.get_username()}",
+            }
+        WebhookEndpoint.objects.filter(pk=endpoint.pk).update(**fields)
+        audit_record(
+            actor=actor,
+            action="webhook.update",
+            object_type="webhook",
+            object_id=str(endpoint.pk),
+            details={k: v for k, v in fields.items() if k in ("url", "event_types", "active", "description")},
+        )
+        if active is True:
+            transaction.on_commit(enqueue.on_commit_send(enqueue.WEBHOOKS_SWEEP), robust=True)
+    endpoint.refresh_from_db()
+    return endpoint
+
+
+def endpoint_rotate_secret(*, actor: Any, endpoint: WebhookEndpoint) -> str:
+    """A new secret (returned once). The old one keeps signing, beside it, for WEBHOOK_SECRET_GRACE_SECONDS,
+    so the receiver can switch without losing a message."""
+    secret = signing.new_secret()
+    until = timezone.now() + timedelta(seconds=settings.WEBHOOK_SECRET_GRACE_SECONDS)
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(
+        previous_secret=F("secret"), previous_secret_until=until, secret=secret, updated_at=timezone.now()
+    )
+    audit_record(
+        actor=actor, action="webhook.rotate-secret", object_type="webhook", object_id=str(endpoint.pk)
+    )
+    endpoint.refresh_from_db()
+    return secret
+
+
+def endpoint_delete(*, actor: Any, endpoint: WebhookEndpoint) -> None:
+    audit_record(
+        actor=actor,
+        action="webhook.delete",
+        object_type="webhook",
+        object_id=str(endpoint.pk),
+        details={"url": endpoint.url},
+    )
+    endpoint.delete()
+
+
+def signing_secrets(endpoint: WebhookEndpoint, now: datetime) -> list[str]:
+    secrets_ = [endpoint.secret]
+    if endpoint.previous_secret and endpoint.previous_secret_until and endpoint.previous_secret_until > now:
+        secrets_.append(endpoint.previous_secret)
+    return secrets_
+
+
+# ---------------------------------------------------------------- fan-out
+
+
+def _scope(endpoint: WebhookEndpoint) -> QuerySet[Change]:
+    changes = Change.objects.all()
+    if endpoint.namespace == ALL_NAMESPACES:
+        pass
+    elif endpoint.namespace:
+        changes = changes.filter(namespace=endpoint.namespace)
+    else:
+        changes = changes.filter(owner_id=endpoint.owner_id)
+    if endpoint.event_types:
+        changes = changes.filter(type__in=endpoint.event_types)
+    return changes
+
+
+def _payload(change: Change) -> dict[str, Any]:
+    assert change.seq is not None
+    return payloads.feed_item(
+        seq=change.seq,
+        job_id=change.job_id,
+        namespace=change.namespace,
+        kind=change.kind,
+        type_=change.type,
+        from_state=change.from_state,
+        to_state=change.to_state,
+        cause=change.cause,
+        attempt=change.attempt,
+        at=change.at,
+        data=change.data,
+    )
+
+
+def fanout() -> int:
+    """Record a delivery for every new change each endpoint subscribes to; enqueue the ones due at the head
+    of their job's line. Returns how many deliveries it recorded."""
+    feed.sequence()
+    top = feed.latest_seq()
+    made = 0
+    heads: set[tuple[int, str]] = set()
+    for endpoint_id in WebhookEndpoint.objects.filter(fanned_seq__lt=top).values_list("pk", flat=True):
+        while True:
+            with transaction.atomic():
+                endpoint = WebhookEndpoint.objects.select_for_update().filter(pk=endpoint_id).first()
+                if endpoint is None or endpoint.fanned_seq >= top:
+                    break
+                rows = list(
+                    _scope(endpoint)
+                    .filter(seq__gt=endpoint.fanned_seq, seq__lte=top)
+                    .order_by("seq")[:FANOUT_BATCH]
+                )
+                now = timezone.now()
+                WebhookDelivery.objects.bulk_create(
+                    [
+                        WebhookDelivery(
+                            endpoint=endpoint,
+                            change=change,
+                            job_id=change.job_id,
+                            seq=int(change.seq or 0),
+                            msg_id=f"msg_{endpoint.pk}_{change.seq}",
+                            event_type=change.type,
+                            payload=payloads.message_body(change.type, change.at, _payload(change)),
+                            next_attempt_at=now,
+                        )
+                        for change in rows
+                    ],
+                    ignore_conflicts=True,
+                )
+                done = len(rows) < FANOUT_BATCH
+                moved_to = top if done else int(rows[-1].seq or top)
+                WebhookEndpoint.objects.filter(pk=endpoint.pk).update(fanned_seq=moved_to)
+                made += len(rows)
+                if endpoint.active:
+                    heads |= {(endpoint.pk, change.job_id) for change in rows}
+            if done:
+                break
+    for endpoint_id, job_id in heads:
+        head = _head(endpoint_id, job_id)
+        if head is not None:
+            enqueue.send(enqueue.WEBHOOK_DELIVER, head)
+    return made
+
+
+def _earlier_pending() -> Exists:
+    return Exists(
+        WebhookDelivery.objects.filter(
+            endpoint_id=OuterRef("endpoint_id"),
+            job_id=OuterRef("job_id"),
+            seq__lt=OuterRef("seq"),
+            state=DeliveryState.PENDING,
+        )
+    )
+
+
+def _head(endpoint_id: int, job_id: str) -> int | None:
+    """The oldest pending delivery of a job to an endpoint: the only one that may be sent now."""
+    pk: int | None = (
+        WebhookDelivery.objects.filter(endpoint_id=endpoint_id, job_id=job_id, state=DeliveryState.PENDING)
+        .order_by("seq")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    return pk
+
+
+# ---------------------------------------------------------------- sending
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    status: int | None
+    latency_ms: int
+    error: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+
+def _post(url: str, body: str, headers: dict[str, str]) -> AttemptResult:
+    problem = url_problem(url)
+    if problem:
+        return AttemptResult(status=None, latency_ms=0, error=f"not sent: the URL {problem}")
+    started = time.monotonic()
+    try:
+        response = requests.post(
+            url,
+            data=body.encode(),
+            headers=headers,
+            timeout=(3.0, float(settings.WEBHOOK_TIMEOUT_SECONDS)),
+            allow_redirects=False,
+        )
+        latency = int((time.monotonic() - started) * 1000)
+        error = "" if 200 <= response.status_code < 300 else response.text[:ERROR_CHARS]
+        return AttemptResult(status=response.status_code, latency_ms=latency, error=error)
+    except requests.RequestException as exc:
+        latency = int((time.monotonic() - started) * 1000)
+        return AttemptResult(
+            status=None, latency_ms=latency, error=f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
+        )
+
+
+def _claim(delivery_id: int, now: datetime) -> bool:
+    """Compare-and-set: this delivery is pending, due, at the head of its job's line, its endpoint active, and
+    nobody else is sending it."""
+    claimable = (
+        WebhookDelivery.objects.filter(
+            pk=delivery_id,
+            state=DeliveryState.PENDING,
+            next_attempt_at__lte=now,
+            endpoint__active=True,
+        )
+        .filter(Q(claim_until__isnull=True) | Q(claim_until__lt=now))
+        .filter(~_earlier_pending())
+    )
+    ids = list(claimable.values_list("pk", flat=True))
+    if not ids:
+        return False
+    taken = (
+        WebhookDelivery.objects.filter(pk=delivery_id, state=DeliveryState.PENDING)
+        .filter(Q(claim_until__isnull=True) | Q(claim_until__lt=now))
+        .update(claim_until=now + timedelta(seconds=CLAIM_SECONDS))
+    )
+    return taken == 1
+
+
+def retry_schedule() -> list[float]:
+    return list(settings.WEBHOOK_RETRY_SCHEDULE)
+
+
+def delivery_send(*, delivery_id: int) -> None:
+    """One attempt at one delivery (see the module docstring); the task calls it with the primary key."""
+    now = timezone.now()
+    if not _claim(delivery_id, now):
+        return
+    delivery = WebhookDelivery.objects.select_related("endpoint").get(pk=delivery_id)
+    endpoint = delivery.endpoint
+    body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True)
+    headers = signing.headers(signing_secrets(endpoint, now), delivery.msg_id, int(now.timestamp()), body)
+    headers["User-Agent"] = "dispatch-webhooks/1"
+    result = _post(endpoint.url, body, headers)
+    metrics.WEBHOOK_DELIVERY_SECONDS.observe(result.latency_ms / 1000)
+    _record(delivery, endpoint, result, now)
+
+
+def _record(
+    delivery: WebhookDelivery, endpoint: WebhookEndpoint, result: AttemptResult, at: datetime
+) -> None:
+    now = timezone.now()
+    number = delivery.attempts + 1
+    schedule = retry_schedule()
+    countdown: float | None = None
+    with transaction.atomic():
+        WebhookAttempt.objects.create(
+            delivery=delivery,
+            number=number,
+            at=at,
+            status_code=result.status,
+            latency_ms=result.latency_ms,
+            error=result.error,
+        )
+        common = {
+            "attempts": number,
+            "last_status": result.status,
+            "last_latency_ms": result.latency_ms,
+            "last_error": result.error,
+            "claim_until": None,
+        }
+        if result.ok:
+            WebhookDelivery.objects.filter(pk=delivery.pk).update(
+                state=DeliveryState.DELIVERED, delivered_at=now, **common
+            )
+            metrics.WEBHOOK_DELIVERIES.labels("delivered").inc()
+            transaction.on_commit(lambda: _send_head(endpoint.pk, delivery.job_id), robust=True)
+        elif number > len(schedule):
+            WebhookDelivery.objects.filter(pk=delivery.pk).update(state=DeliveryState.FAILED, **common)
+            reason = (
+                f"disabled at {now:%Y-%m-%d %H:%M:%S} UTC: message {delivery.msg_id} ({delivery.event_type}, "
+                f"job {delivery.job_id}) failed {number} attempts since "
+                f"{delivery.created_at:%Y-%m-%d %H:%M:%S}; "
+                f"the last one: {_outcome(result)}. Fix the receiver, then enable the endpoint again: what "
+                "waited is sent in order."
+            )
+            WebhookEndpoint.objects.filter(pk=endpoint.pk, active=True).update(
+                active=False, disabled_at=now, disabled_reason=reason, updated_at=now
+            )
+            metrics.WEBHOOK_DELIVERIES.labels("disabled").inc()
+            logger.warning("webhook endpoint %s %s", endpoint.pk, reason)
+        else:
+            delay = float(schedule[number - 1])
+            WebhookDelivery.objects.filter(pk=delivery.pk).update(
+                next_attempt_at=now + timedelta(seconds=delay), **common
+            )
+            metrics.WEBHOOK_DELIVERIES.labels("failed").inc()
+            countdown = delay if delay <= COUNTDOWN_MAX else None
+        if countdown is not None:
+            transaction.on_commit(
+                lambda: enqueue.send(enqueue.WEBHOOK_DELIVER, delivery.pk, countdown=countdown), robust=True
+            )
+
+
+def _send_head(endpoint_id: int, job_id: str) -> None:
+    head = _head(endpoint_id, job_id)
+    if head is not None:
+        enqueue.send(enqueue.WEBHOOK_DELIVER, head)
+
+
+def _outcome(result: AttemptResult) -> str:
+    if result.status is None:
+        return result.error or "no answer"
+    text = f"HTTP {result.status}"
+    return f"{text}: {result.error[:200]}" if result.error else text
+
+
+def sweep(*, limit: int = 500) -> int:
+    """The periodic safety net: fan out, then enqueue every delivery that is due and at the head of its job's
+    line (lost task messages, retries further out than a countdown). Returns how many it enqueued."""
+    fanout()
+    now = timezone.now()
+    due = list(
+        WebhookDelivery.objects.filter(
+            state=DeliveryState.PENDING, next_attempt_at__lte=now, endpoint__active=True
+        )
+        .filter(Q(claim_until__isnull=True) | Q(claim_until__lt=now))
+        .filter(~_earlier_pending())
+        .order_by("next_attempt_at")
+        .values_list("pk", flat=True)[:limit]
+    )
+    for pk in due:
+        enqueue.send(enqueue.WEBHOOK_DELIVER, pk)
+    return len(due)
