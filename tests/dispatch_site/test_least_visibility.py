@@ -23,6 +23,7 @@ from dispatch_site import roles
 from dispatch_site.audit import audit_record
 from dispatch_site.services import user_create
 from jobs.models import Job, JobState, Session, SupervisorCycle
+from jobs.observability.models import WebhookEndpoint
 from runtimes.models import AllowListEntry, RuntimeVerdict
 from runtimes.services import runtime_verdict_record
 
@@ -31,7 +32,16 @@ pytestmark = pytest.mark.django_db
 B_RUNTIME = "bravo-secret-runtime"
 B_RULE_MESSAGE = "bravo-rule-message-xyzzy"
 SUPERVISOR_ERROR = "supervisor-error-naming-bravo-objects"
-B_MARKERS = ["team-bravo", B_RUNTIME, B_RULE_MESSAGE, "bravo-owner", SUPERVISOR_ERROR, "127.0.0.1:1"]
+B_WEBHOOK = "https://bravo-hooks.example/receive"
+B_MARKERS = [
+    "team-bravo",
+    B_RUNTIME,
+    B_RULE_MESSAGE,
+    "bravo-owner",
+    SUPERVISOR_ERROR,
+    "127.0.0.1:1",
+    B_WEBHOOK,
+]
 
 
 def _refused_verdict(name: str, namespace: str, message: str) -> dict[str, Any]:
@@ -87,7 +97,10 @@ def bravo() -> dict[str, str]:
         name="supervisor",
         defaults={"finished_at": timezone.now(), "error": SUPERVISOR_ERROR},
     )
-    return {"job": job.id, "session": session.id, "runtime": B_RUNTIME}
+    endpoint = WebhookEndpoint.objects.create(
+        owner=owner, url=B_WEBHOOK, namespace="team-bravo", secret="whsec_" + "b" * 32
+    )
+    return {"job": job.id, "session": session.id, "runtime": B_RUNTIME, "endpoint": str(endpoint.pk)}
 
 
 def _dashboard_paths(ids: dict[str, str]) -> list[str]:
@@ -99,6 +112,8 @@ def _dashboard_paths(ids: dict[str, str]) -> list[str]:
         "namespace": "team-bravo",
         "name": ids["runtime"],
         "token_id": "1",
+        "endpoint_id": ids["endpoint"],
+        "action": "pause",
     }
     paths = []
 
@@ -149,6 +164,7 @@ def test_a_user_of_namespace_a_sees_nothing_of_namespace_b_on_any_page(
     # B's objects are untouched by A's posts.
     assert Session.objects.get(pk=bravo["session"]).state == "starting"
     assert Job.objects.get(pk=bravo["job"]).state == JobState.REFUSED
+    assert WebhookEndpoint.objects.get(pk=bravo["endpoint"]).active
 
 
 def test_the_api_lists_show_nothing_of_namespace_b(bravo: dict[str, str], make_user: Any) -> None:
@@ -166,6 +182,9 @@ def test_the_api_lists_show_nothing_of_namespace_b(bravo: dict[str, str], make_u
         f"/api/v1/jobs/{bravo['job']}",
         f"/api/v1/sessions/{bravo['session']}",
         f"/api/v1/runtimes/TrainingRuntime/team-bravo/{B_RUNTIME}",
+        "/api/v1/events",
+        "/api/v1/webhooks",
+        f"/api/v1/webhooks/{bravo['endpoint']}",
     ):
         response = api.get(path)
         assert _shows_bravo(response.content) == [], (path, _shows_bravo(response.content))

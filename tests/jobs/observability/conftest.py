@@ -148,7 +148,9 @@ def _answers(url: str) -> bool:
         return False
 
 
-@pytest.fixture(scope="session")
+# Package-scoped: its supervisor and beat act on the test database, so they stop with these tests (a
+# session-scoped stack went on supervising the jobs of every later test module).
+@pytest.fixture(scope="package")
 def stack(kubeconfig: str, django_db_setup: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     logs = tmp_path_factory.mktemp("observability-stack")
     metrics_dir = logs / "metrics"
