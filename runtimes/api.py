@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from dispatch_site.api import DetailSerializer, RejectUnknownFieldsMixin, StrictSerializer
+from dispatch_site.api import NOT_TEXT, DetailSerializer, RejectUnknownFieldsMixin, StrictSerializer
 from dispatch_site.fields import Dns1123SubdomainField, RecoveryPolicySerializer
 from dispatch_site.names import (
     DNS1123_LABEL_MAX,
@@ -313,6 +313,14 @@ class PriorityClassesField(serializers.DictField):
         super().__init__(child=serializers.ListField(child=serializers.CharField()), **kwargs)
 
     def to_internal_value(self, data: Any) -> dict[str, list[str]]:
+        if isinstance(data, dict):  # DRF's CharField would take 0 for "0": a class name is text
+            not_text = {
+                str(k): [NOT_TEXT]
+                for k, v in data.items()
+                if isinstance(v, list) and any(not isinstance(c, str) for c in v)
+            }
+            if not_text:
+                raise ValidationError(not_text)
         value: dict[str, list[str]] = super().to_internal_value(data)
         errors = _namespace_key_errors(value)
         for key, classes in value.items():

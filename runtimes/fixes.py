@@ -171,19 +171,19 @@ FIXES: Final[dict[str, Fix]] = {
         ),
         Fix(
             QUEUE_NOT_FOUND,
-            "The Kueue LocalQueue the job names (or its namespace's default queue) does not exist in the job's "
-            "namespace, or Kueue is not installed: Kueue would never admit the job.",
-            "Name an existing LocalQueue of the namespace in queue_name (kubectl get localqueues -n <namespace>),"
-            " or ask the platform team to create it or to correct the namespace's default queue in the site "
-            "settings.",
+            "The Kueue LocalQueue the job names (or its namespace's default queue) does not exist in the "
+            "job's namespace, or Kueue is not installed: Kueue would never admit the job.",
+            "Name an existing LocalQueue of the namespace in queue_name (kubectl get localqueues -n "
+            "<namespace>), or ask the platform team to create it or to correct the namespace's default queue "
+            "in the site settings.",
             "submitter",
         ),
         Fix(
             PRIORITY_CLASS_NOT_ALLOWED,
-            "A priority class decides who Kueue preempts, so a job may ask only for a WorkloadPriorityClass the "
-            "platform allows in its namespace (and only with a queue).",
-            "Ask for a class the site settings allow in the namespace, or none; ask the platform team to allow "
-            "one (site settings: Kueue priority classes per namespace).",
+            "A priority class decides whom Kueue preempts, so a job may ask only for a WorkloadPriorityClass "
+            "the platform allows in its namespace (and only with a queue).",
+            "Ask for a class the site settings allow in the namespace, or none; ask the platform team to "
+            "allow one (site settings: Kueue priority classes per namespace).",
             "submitter",
         ),
     )

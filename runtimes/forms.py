@@ -73,6 +73,15 @@ class SiteSettingsForm(forms.ModelForm):
         serializer = SiteSettingsSerializer(self.instance, data=data, partial=True)
         if not serializer.is_valid():
             for field, errors in serializer.errors.items():
-                for error in errors:
-                    self.add_error(field if field in self.fields else None, str(error))
+                for error in _messages(errors):
+                    self.add_error(field if field in self.fields else None, error)
         return data
+
+
+def _messages(errors: Any, where: str = "") -> list[str]:
+    """A serializer's errors as lines; a map's (the Kueue settings per namespace) name their key."""
+    if isinstance(errors, dict):
+        return [m for key, value in errors.items() for m in _messages(value, f"{where}{key}: ")]
+    if isinstance(errors, list):
+        return [m for value in errors for m in _messages(value, where)]
+    return [f"{where}{errors}"]

@@ -440,7 +440,7 @@ def _may(
                 )
             )
         )
-    return bool(review.status.allowed)
+    return bool(review.status and review.status.allowed)
 
 
 KUEUE, VISIBILITY = "kueue.x-k8s.io", "visibility.kueue.x-k8s.io"
