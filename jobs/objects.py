@@ -42,7 +42,7 @@ def create_or_adopt(kind: str, body: dict[str, Any], label_domain: str, job_id: 
 # before the TrainJob is created", <err> being 'TrainingRuntime.trainer.kubeflow.org "<name>" not found'.
 _COPY_NOT_SEEN = ("must be created before the trainjob", "trainingruntime")
 # Kueue's TrainJob validating webhook (vtrainjob.kb.io) reads the runtime through its own informer cache and
-# denies with "runtime '<name>' not found" while that cache lags (KUEUE-NOTES: 1 of 300 right after the copy).
+# denies with "runtime '<name>' not found" while that cache lags (README, Kueue: 1 of 300 measured).
 _KUEUE_COPY_NOT_SEEN = re.compile(r"(?:^|: )runtime '[^']+' not found")
 
 
