@@ -440,6 +440,49 @@ def test_kueues_runtime_not_found_denial_is_waited_out_not_a_config_error(
 
 # ---------------------------------------------------------------- a cluster without Kueue
 
+ABSENT_GROUP = "kueue.absent.dispatch.dev"
+ABSENT_VISIBILITY_GROUP = "visibility.absent.dispatch.dev"
+
+
+def _allow_the_absent_groups(kube: Kube, namespace: str) -> None:
+    """A cluster without Kueue is stood in for by groups the API server does not serve. The API server
+    authorizes before it routes, so dispatch's own account (DISPATCH_TEST_AS_SERVICEACCOUNT=1) would get 403
+    for a group no rule of its names, where on a cluster without Kueue its Role (which names kueue.x-k8s.io)
+    lets the request through to the 404: the account gets the same reads on the stand-in groups here."""
+    rbac = client.RbacAuthorizationV1Api(kube.api_client)
+    rules = [
+        client.V1PolicyRule(api_groups=[ABSENT_GROUP], resources=["localqueues"], verbs=["get"]),
+        client.V1PolicyRule(
+            api_groups=[ABSENT_VISIBILITY_GROUP], resources=["localqueues/pendingworkloads"], verbs=["get"]
+        ),
+    ]
+    rbac.create_namespaced_role(
+        namespace, client.V1Role(metadata=client.V1ObjectMeta(name="absent-kueue"), rules=rules)
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name="absent-kueue"),
+            role_ref=client.V1RoleRef(
+                api_group="rbac.authorization.k8s.io", kind="Role", name="absent-kueue"
+            ),
+            subjects=[
+                client.RbacV1Subject(kind="ServiceAccount", name="dispatch", namespace="dispatch-system")
+            ],
+        ),
+    )
+
+    def not_installed() -> bool:  # RBAC caches settle a moment after the binding
+        try:
+            cluster_kueue.get_local_queue(namespace, "dispatch")
+        except cluster_kueue.KueueNotInstalled:
+            return True
+        except Rejected:
+            return False
+        raise AssertionError(f"{ABSENT_GROUP} answered")
+
+    wait_for(not_installed, timeout=30, what="the stand-in reads to be authorized")
+
 
 def test_without_kueue_a_job_without_a_queue_starts_and_a_queued_one_is_refused(
     kube: Kube,
@@ -451,9 +494,8 @@ def test_without_kueue_a_job_without_a_queue_starts_and_a_queued_one_is_refused(
     """A cluster without Kueue is the real API server asked for a Kueue group it does not serve (its real
     404 for the group): Kueue's CRDs stay installed on this plane once Kueue ran, so the test names a group
     that is not there instead of removing them."""
-    monkeypatch.setattr(cluster_kueue, "GROUP", "kueue.absent.dispatch.dev")
-    with pytest.raises(cluster_kueue.KueueNotInstalled):
-        cluster_kueue.get_local_queue(namespace, "dispatch")
+    monkeypatch.setattr(cluster_kueue, "GROUP", ABSENT_GROUP)
+    _allow_the_absent_groups(kube, namespace)
 
     plain = _post(submitter[1], _body(namespace, num_nodes=1), django_capture_on_commit_callbacks)
     assert plain.status_code == 202, plain.json()
@@ -469,16 +511,17 @@ def test_without_kueue_a_job_without_a_queue_starts_and_a_queued_one_is_refused(
 
 
 def test_a_missing_local_queue_is_none_and_a_missing_group_is_not_installed(
-    dispatch_on_cluster: str, kueue: None, namespace: str, monkeypatch: pytest.MonkeyPatch
+    kube: Kube, dispatch_on_cluster: str, kueue: None, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """cluster/kueue.py tells the two 404s apart from the answer alone (one call)."""
     assert cluster_kueue.get_local_queue(namespace, "nope") is None
     assert cluster_kueue.get_cluster_queue("dispatch") is not None
     with pytest.raises(NotFound, match=f"LocalQueue {namespace}/nope"):
         cluster_kueue.pending_workloads(namespace, "nope")
-    monkeypatch.setattr(cluster_kueue, "VISIBILITY_GROUP", "visibility.absent.dispatch.dev")
+    monkeypatch.setattr(cluster_kueue, "VISIBILITY_GROUP", ABSENT_VISIBILITY_GROUP)
+    monkeypatch.setattr(cluster_kueue, "GROUP", ABSENT_GROUP)
+    _allow_the_absent_groups(kube, namespace)
     with pytest.raises(cluster_kueue.KueueNotInstalled):
         cluster_kueue.pending_workloads(namespace, "nope")
-    monkeypatch.setattr(cluster_kueue, "GROUP", "kueue.absent.dispatch.dev")
     with pytest.raises(cluster_kueue.KueueNotInstalled, match=f"LocalQueue {namespace}/dispatch: Kueue is"):
         cluster_kueue.get_local_queue(namespace, "dispatch")
