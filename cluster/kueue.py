@@ -4,7 +4,9 @@ Every call passes the gateway's timeout and is counted with its requests; every 
 cluster.errors naming the object as "Kind namespace/name". A missing object is None. When the API server does
 not serve kueue.x-k8s.io/v1beta2 at all (Kueue is not installed, or too old to serve v1beta2), a read raises
 KueueNotInstalled: the API server answers 404 for the group itself, with no Status naming the object (a
-missing object's 404 names it in `details`), so one call tells the two apart.
+missing object's 404 names it in `details`), so one call tells the two apart. The API server authorizes
+before it routes: an account whose RBAC does not name kueue.x-k8s.io gets 403 (Rejected) instead, so the
+404 needs deploy/rbac's Kueue rules, which an installation without Kueue may keep.
 
 Objects come back as plain data (managedFields dropped); the pure code in jobs/ reads quotas and usage from
 them. Nothing here writes.
