@@ -32,6 +32,7 @@ from tests.support.cluster import Kube, KueueQueue
 from tests.support.deploy import DispatchServiceAccount
 from tests.support.dispatch import GROUP, VERSION, wait_for
 from tests.support.kueue import (
+    KUEUE,
     KUEUE_MANAGER,
     ONE_GPU_PER_NODE,
     PRIORITY_LABEL,
@@ -225,6 +226,32 @@ def test_the_namespace_default_queue_applies_when_the_job_names_none(
     assert trainjob["metadata"]["labels"][QUEUE_LABEL] == kueue_queue.name
     wl = wait_workload(kube, trainjob, admitted, "admitted through the namespace's default queue")
     assert wl["status"]["admission"]["clusterQueue"] == kueue_queue.cluster_queue
+
+
+def test_a_queue_deleted_between_submission_and_start_refuses_the_job_at_start(
+    kube: Kube,
+    kueue_queue: KueueQueue,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    ns = kueue_queue.namespace
+    with django_capture_on_commit_callbacks(execute=False):
+        response = _api(submitter[1]).post(
+            "/api/v1/jobs", _body(ns, queue_name=kueue_queue.name), format="json"
+        )
+    assert response.status_code == 202, response.json()
+    job_id = response.json()["id"]
+    kube.custom.delete_namespaced_custom_object(*KUEUE, ns, "localqueues", kueue_queue.name)
+    wait_for(
+        lambda: cluster_kueue.get_local_queue(ns, kueue_queue.name) is None, what="the LocalQueue deleted"
+    )
+    start.execution_submit(execution_id=Execution.objects.get(job_id=job_id).pk, holder="chain-1")
+    job = Job.objects.get(pk=job_id)
+    assert (job.state, job.message) == (JobState.REFUSED, "refused at start: queue-not-found")
+    assert [r["code"] for r in job.reasons] == ["queue-not-found"]
+    assert _trainjobs(kube, ns) == []
+    event = job.events.get(kind="refused")
+    assert "its Kueue queue changed" in event.message
 
 
 # ---------------------------------------------------------------- plan: quota, usage, fits now
