@@ -19,6 +19,8 @@ POD_NAME_LIMIT: Final = 63
 # The prefix of the labels dispatch puts on what it creates, unless the platform sets another (SiteSettings).
 # The label by which a TrainJob names its Kueue LocalQueue (a job's queue_name).
 KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+# The label by which a TrainJob names its Kueue WorkloadPriorityClass (a job's priority_class).
+KUEUE_PRIORITY_LABEL: Final = "kueue.x-k8s.io/priority-class"
 JOB_ID_PREFIX: Final = "j"
 JOB_ID_RANDOM_CHARS: Final = 10  # 50 bits
 _BASE32: Final = "abcdefghijklmnopqrstuvwxyz234567"  # RFC 4648 alphabet, lowercased: valid in DNS names

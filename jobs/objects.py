@@ -4,6 +4,7 @@ ownerReference."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -40,6 +41,9 @@ def create_or_adopt(kind: str, body: dict[str, Any], label_domain: str, job_id: 
 # copy was created; it then denies the TrainJob with "<err>: specified trainingRuntime must be created
 # before the TrainJob is created", <err> being 'TrainingRuntime.trainer.kubeflow.org "<name>" not found'.
 _COPY_NOT_SEEN = ("must be created before the trainjob", "trainingruntime")
+# Kueue's TrainJob validating webhook (vtrainjob.kb.io) reads the runtime through its own informer cache and
+# denies with "runtime '<name>' not found" while that cache lags (README, Kueue: 1 of 300 measured).
+_KUEUE_COPY_NOT_SEEN = re.compile(r"(?:^|: )runtime '[^']+' not found")
 
 
 # How long the TrainJob create waits, in this delivery, for the Trainer's cache to see the copy before the
@@ -62,9 +66,14 @@ def create_trainjob_on_copy(body: dict[str, Any], label_domain: str, owner_id: s
 
 
 def _copy_not_seen_yet(exc: Rejected) -> bool:
-    """Is this the Trainer webhook's denial for a runtime copy it has not seen yet (worth a retry)?"""
+    """Is this the Trainer's (or Kueue's) webhook denial for a runtime copy it has not seen yet (worth a
+    retry)?"""
     message = exc.message.lower()
-    return _COPY_NOT_SEEN[0] in message or (_COPY_NOT_SEEN[1] in message and "not found" in message)
+    return (
+        _COPY_NOT_SEEN[0] in message
+        or (_COPY_NOT_SEEN[1] in message and "not found" in message)
+        or _KUEUE_COPY_NOT_SEEN.search(exc.message) is not None
+    )
 
 
 def own_copy(copy: dict[str, Any], trainjob: dict[str, Any]) -> None:

@@ -3,7 +3,8 @@
 build_plan judges the runtime (runtimes.rules), adds the checks that need the whole job (start-only
 reasons), and builds the exact objects start would create: a TrainingRuntime copy of the runtime (so a later
 edit of the original changes nothing for this job) carrying the execution identity, and the TrainJob that
-runs on the copy. It also says which image each container would run. A refused plan is still complete
+runs on the copy. It also says which image each container would run and, when Kueue queues the job, its
+LocalQueue, ClusterQueue, quota and whether it fits now (jobs.queueing). A refused plan is still complete
 (objects included when the runtime exists), so the user sees what would have been created.
 """
 
@@ -16,7 +17,22 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from dispatch_site.names import MANAGED_BY, MANAGED_BY_LABEL
-from jobs.naming import KUEUE_QUEUE_LABEL, POD_NAME_LIMIT, pod_names, runtime_copy_name, trainjob_name
+from jobs.naming import (
+    KUEUE_PRIORITY_LABEL,
+    KUEUE_QUEUE_LABEL,
+    POD_NAME_LIMIT,
+    pod_names,
+    runtime_copy_name,
+    trainjob_name,
+)
+from jobs.queueing import (
+    NO_KUEUE,
+    PRIORITY_CLASS_NOT_ALLOWED,
+    QUEUE_NOT_FOUND,
+    KueueInputs,
+    QueuePlan,
+    queue_plan,
+)
 from jobs.spec import CLUSTER_TRAINING_RUNTIME, JobSpec
 from runtimes.reasons import PUBLISH_INIT_CONTAINER, AllowListMiss, Capability, Reason, SiteRules
 from runtimes.rules import check_runtime, find_trainer_job
@@ -30,6 +46,17 @@ LAUNCHER: Final = "launcher"
 NAMESPACE_NOT_GRANTED: Final = "namespace-not-granted"
 PROCS_PER_NODE_UNSUPPORTED: Final = "procs-per-node-unsupported"
 NAME_TOO_LONG: Final = "name-too-long"
+# The job's place in Kueue (jobs.queueing decides them): never waived.
+START_ONLY_CODES: Final = (
+    NAMESPACE_NOT_GRANTED,
+    PROCS_PER_NODE_UNSUPPORTED,
+    NAME_TOO_LONG,
+    QUEUE_NOT_FOUND,
+    PRIORITY_CLASS_NOT_ALLOWED,
+)
+
+# The runtimePatches manager Kueue owns on a TrainJob (list-map key): dispatch never writes a patch under it.
+KUEUE_MANAGER: Final = "kueue.x-k8s.io/manager"
 
 # The identity env. Rank and JobSet restart attempt come from the downward API, so every pod reads its own.
 ENV_JOB: Final = "DISPATCH_JOB"
@@ -88,6 +115,7 @@ class Plan:
     train_job: dict[str, Any] | None
     images: tuple[ImagePlacement, ...]
     names: PlanNames
+    queue: QueuePlan | None = None  # None: Kueue plays no part (no queue, no priority class)
 
     @property
     def codes(self) -> tuple[str, ...]:
@@ -110,6 +138,7 @@ class Plan:
             "objects": objects,
             "images": [i.to_dict() for i in self.images],
             "names": self.names.to_dict(),
+            "queue": self.queue.to_dict() if self.queue is not None else None,
         }
 
 
@@ -269,13 +298,23 @@ def build_training_runtime(
 
 
 def build_train_job(
-    *, spec: JobSpec, job_id: str, attempt: int, label_domain: str
+    *,
+    spec: JobSpec,
+    job_id: str,
+    attempt: int,
+    label_domain: str,
+    queue_name: str | None = None,
+    priority_class: str | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """The TrainJob on the copy, and warnings (a user label that dispatch's own labels override)."""
+    """The TrainJob on the copy, and warnings (a user label that dispatch's own labels override). The Kueue
+    labels come from the queue and priority class the plan chose (jobs.queueing), never from the spec alone,
+    and dispatch writes no runtimePatch at all (Kueue owns the one under KUEUE_MANAGER)."""
     name = trainjob_name(job_id, attempt)
     ours = {**_dispatch_labels(label_domain, job_id, attempt), MANAGED_BY_LABEL: MANAGED_BY}
-    if spec.queue_name:
-        ours[KUEUE_QUEUE_LABEL] = spec.queue_name
+    if queue_name:
+        ours[KUEUE_QUEUE_LABEL] = queue_name
+        if priority_class:
+            ours[KUEUE_PRIORITY_LABEL] = priority_class
     warnings = [
         f"label {key}={spec.labels[key]!r} is replaced by dispatch's {key}={value!r}"
         for key, value in ours.items()
@@ -308,7 +347,7 @@ def build_train_job(
     }
     if spec.active_deadline_seconds is not None:
         job_spec["activeDeadlineSeconds"] = spec.active_deadline_seconds
-    if spec.queue_name:
+    if queue_name:
         job_spec["suspend"] = True  # Kueue admits (unsuspends) it
     return {"apiVersion": API_VERSION, "kind": "TrainJob", "metadata": metadata, "spec": job_spec}, warnings
 
@@ -425,18 +464,28 @@ def build_plan(
     attempt: int,
     label_domain: str,
     trainer_version: str,
+    kueue: KueueInputs | None = None,
 ) -> Plan:
     """Everything start would do for (job, attempt) on this runtime. ValueError for a Trainer version that
-    is not a release version (a site misconfiguration)."""
+    is not a release version (a site misconfiguration), and for a job that asks for a queue or a priority
+    class planned without `kueue` (what planning read of Kueue: jobs.queueing.KueueInputs)."""
     parse_trainer_version(trainer_version)  # fail on bad configuration even when no MPI runtime needs it
+    if kueue is None:
+        if spec.queue_name or spec.priority_class:
+            raise ValueError(
+                "a job with a queue_name or priority_class is planned with what was read of Kueue"
+            )
+        kueue = NO_KUEUE
     tj_name = trainjob_name(job_id, attempt)
     verdict = check_runtime(runtime, rules=rules, allow_listed=allow_listed, ref=_source_ref(spec))
     extra, longest = start_reasons(
         spec=spec, runtime=runtime, namespace_granted=namespace_granted, train_job_name=tj_name
     )
+    queue, queue_reasons, queue_warnings = queue_plan(spec=spec, runtime=runtime, kueue=kueue)
+    extra = [*extra, *queue_reasons]
     reasons = (*verdict.reasons, *extra)
 
-    warnings: list[str] = []
+    warnings: list[str] = list(queue_warnings)
     training_runtime = train_job = None
     images: list[ImagePlacement] = []
     if runtime is not None:
@@ -444,10 +493,15 @@ def build_plan(
             spec=spec, runtime=runtime, rules=rules, job_id=job_id, attempt=attempt, label_domain=label_domain
         )
         train_job, label_warnings = build_train_job(
-            spec=spec, job_id=job_id, attempt=attempt, label_domain=label_domain
+            spec=spec,
+            job_id=job_id,
+            attempt=attempt,
+            label_domain=label_domain,
+            queue_name=kueue.choice.queue,
+            priority_class=kueue.choice.priority_class,
         )
         images, image_warnings = place_images(runtime, spec.image, trainer_version)
-        warnings = [*image_warnings, *label_warnings]
+        warnings = [*image_warnings, *label_warnings, *warnings]
 
     return Plan(
         refused=verdict.refused or any(not r.waived for r in extra),
@@ -461,4 +515,5 @@ def build_plan(
         names=PlanNames(
             train_job=tj_name, training_runtime=runtime_copy_name(tj_name), longest_pod_name=longest
         ),
+        queue=queue,
     )

@@ -258,7 +258,8 @@ class ResourceRequirementsSerializer(StrictSerializer):
     {"type": "string", "pattern": _DNS1123_SUBDOMAIN.pattern, "maxLength": DNS1123_LABEL_MAX}
 )
 class QueueNameField(serializers.CharField):
-    """A Kueue LocalQueue name: a DNS-1123 subdomain of at most 63 characters (a label value)."""
+    """A Kueue LocalQueue or WorkloadPriorityClass name: a DNS-1123 subdomain of at most 63 characters (it
+    becomes a label value)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(
@@ -306,7 +307,15 @@ class JobSpecSerializer(StrictSerializer):
     resources_per_node = ResourceRequirementsSerializer(required=False)
     active_deadline_seconds = StrictIntegerField(required=False, min_value=1, max_value=INT64_MAX)
     labels = LabelsField(required=False)
-    queue_name = QueueNameField(required=False)
+    queue_name = QueueNameField(
+        required=False,
+        help_text="the Kueue LocalQueue in the job's namespace; absent: the namespace's default queue, if "
+        "the site sets one",
+    )
+    priority_class = QueueNameField(
+        required=False,
+        help_text="a Kueue WorkloadPriorityClass the site allows in the job's namespace (needs a queue)",
+    )
     recovery_policy = RecoveryPolicySerializer(required=False)
 
     def validate_env(self, value: dict[str, str]) -> dict[str, str]:
@@ -367,5 +376,6 @@ class JobSpecSerializer(StrictSerializer):
             active_deadline_seconds=data.get("active_deadline_seconds"),
             labels=dict(data.get("labels", {})),
             queue_name=data.get("queue_name"),
+            priority_class=data.get("priority_class"),
             recovery_policy=None if recovery is None else {k: dict(v) for k, v in recovery.items()},
         )

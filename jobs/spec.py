@@ -276,6 +276,7 @@ class JobSpec:
     active_deadline_seconds: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
     queue_name: str | None = None
+    priority_class: str | None = None  # a Kueue WorkloadPriorityClass the site allows in the namespace
     # Overrides of the site's recovery policy: {"retry": {cause: n}, "backoff_seconds": {cause: s},
     # "budgets": {"infrastructure": n, "user": n}} (jobs.recovery).
     recovery_policy: dict[str, Any] | None = None
@@ -317,6 +318,7 @@ class JobSpec:
             "active_deadline_seconds": self.active_deadline_seconds,
             "labels": dict(self.labels) or None,
             "queue_name": self.queue_name,
+            "priority_class": self.priority_class,
             "recovery_policy": (
                 None
                 if self.recovery_policy is None
@@ -349,5 +351,6 @@ class JobSpec:
             active_deadline_seconds=opt_int("active_deadline_seconds"),
             labels=dict(data.get("labels") or {}),
             queue_name=data.get("queue_name"),
+            priority_class=data.get("priority_class"),
             recovery_policy=data.get("recovery_policy"),
         )

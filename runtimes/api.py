@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.validators import RegexValidator
 from django.http import Http404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAuthenticated
@@ -14,11 +14,19 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from dispatch_site.api import DetailSerializer, RejectUnknownFieldsMixin, StrictSerializer
+from dispatch_site.api import NOT_TEXT, DetailSerializer, RejectUnknownFieldsMixin, StrictSerializer
 from dispatch_site.fields import Dns1123SubdomainField, RecoveryPolicySerializer
-from dispatch_site.names import DNS1123_LABEL_PATTERN, is_dns1123_label, is_dns1123_subdomain
+from dispatch_site.names import (
+    DNS1123_LABEL_MAX,
+    DNS1123_LABEL_PATTERN,
+    DNS1123_SUBDOMAIN_PATTERN,
+    dns1123_subdomain_problem,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+)
 from dispatch_site.permissions import IsPlatform, IsPlatformOrReadOnly
 from runtimes import selectors, services
+from runtimes.fixes import FIXES
 from runtimes.models import PublishVia, RuntimeKind, RuntimeVerdict, SiteSettings
 
 CLUSTER_SCOPE = "_"
@@ -53,7 +61,10 @@ def _history_data(v: RuntimeVerdict) -> dict[str, Any]:
 
 # Response shapes, for the OpenAPI schema (the views build plain dicts).
 class ReasonSerializer(serializers.Serializer):
-    code = serializers.CharField()
+    code = serializers.CharField(
+        help_text="a stable refusal code (an API; the dashboard's Refusals page gives each one's meaning and "
+        "fix): " + ", ".join(FIXES)
+    )
     message = serializers.CharField()
     path = serializers.CharField()
     waived = serializers.BooleanField()
@@ -238,7 +249,94 @@ class AllowListRemoveApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+# Kueue settings per namespace: a namespace name, or "*" for every namespace without its own entry.
+ALL_NAMESPACES = "*"
+_NAMESPACE_KEY_SCHEMA = {
+    "type": "string",
+    "pattern": f"^(?:\\*|{DNS1123_LABEL_PATTERN[1:-1]})$",
+    "maxLength": 63,
+}
+# A LocalQueue or WorkloadPriorityClass name: it becomes a TrainJob label value, so at most 63 characters.
+_KUEUE_NAME_SCHEMA = {"type": "string", "pattern": DNS1123_SUBDOMAIN_PATTERN, "maxLength": DNS1123_LABEL_MAX}
+
+
+def _kueue_name_problem(value: str) -> str | None:
+    if len(value) > DNS1123_LABEL_MAX:
+        return (
+            f"must be at most {DNS1123_LABEL_MAX} characters (it has {len(value)}): it becomes a label value"
+        )
+    return dns1123_subdomain_problem(value)
+
+
+def _namespace_key_errors(value: dict[str, Any]) -> dict[str, list[str]]:
+    return {
+        key: [f"{key!r} is not a namespace name (a DNS-1123 label) or {ALL_NAMESPACES!r}"]
+        for key in value
+        if key != ALL_NAMESPACES and not is_dns1123_label(key)
+    }
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "propertyNames": _NAMESPACE_KEY_SCHEMA,
+        "additionalProperties": _KUEUE_NAME_SCHEMA,
+        "description": "Kueue: the LocalQueue a job without queue_name joins, per namespace ({namespace: "
+        'queue}; "*" for every namespace without its own entry)',
+    }
+)
+class DefaultQueuesField(serializers.DictField):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=serializers.CharField(), **kwargs)
+
+    def to_internal_value(self, data: Any) -> dict[str, str]:
+        value: dict[str, str] = super().to_internal_value(data)
+        errors = _namespace_key_errors(value)
+        errors |= {k: [p] for k, v in value.items() if k not in errors and (p := _kueue_name_problem(v))}
+        if errors:
+            raise ValidationError(errors)
+        return value
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "propertyNames": _NAMESPACE_KEY_SCHEMA,
+        "additionalProperties": {"type": "array", "items": _KUEUE_NAME_SCHEMA, "uniqueItems": True},
+        "description": "Kueue: the WorkloadPriorityClasses a job may ask for (priority_class), per namespace "
+        '({namespace: [class, ...]}; "*" for every namespace without its own entry; none where nothing is '
+        "listed)",
+    }
+)
+class PriorityClassesField(serializers.DictField):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=serializers.ListField(child=serializers.CharField()), **kwargs)
+
+    def to_internal_value(self, data: Any) -> dict[str, list[str]]:
+        if isinstance(data, dict):  # DRF's CharField would take 0 for "0": a class name is text
+            not_text = {
+                str(k): [NOT_TEXT]
+                for k, v in data.items()
+                if isinstance(v, list) and any(not isinstance(c, str) for c in v)
+            }
+            if not_text:
+                raise ValidationError(not_text)
+        value: dict[str, list[str]] = super().to_internal_value(data)
+        errors = _namespace_key_errors(value)
+        for key, classes in value.items():
+            problems = [f"{c!r} {p}" for c in classes if (p := _kueue_name_problem(c))]
+            if len(set(classes)) != len(classes):
+                problems.append("lists a class twice")
+            if problems and key not in errors:
+                errors[key] = problems
+        if errors:
+            raise ValidationError(errors)
+        return value
+
+
 class SiteSettingsSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializer):
+    kueue_default_queues = DefaultQueuesField(required=False)
+    kueue_priority_classes = PriorityClassesField(required=False)
     publish_via = serializers.ChoiceField(choices=PublishVia.values, required=False)
     recovery_policy = RecoveryPolicySerializer(
         required=False, help_text="the site's default recovery policy; a job's own overrides it per key"
@@ -280,6 +378,8 @@ class SiteSettingsSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializ
             "label_domain",
             "trainer_version",
             "recovery_policy",
+            "kueue_default_queues",
+            "kueue_priority_classes",
             "updated_at",
         ]
         read_only_fields = ["updated_at"]

@@ -25,6 +25,8 @@ class Fix:
 NAMESPACE_NOT_GRANTED: Final = "namespace-not-granted"
 PROCS_PER_NODE_UNSUPPORTED: Final = "procs-per-node-unsupported"
 NAME_TOO_LONG: Final = "name-too-long"
+QUEUE_NOT_FOUND: Final = "queue-not-found"
+PRIORITY_CLASS_NOT_ALLOWED: Final = "priority-class-not-allowed"
 
 _AUTHOR = "runtime author"
 
@@ -166,6 +168,23 @@ FIXES: Final[dict[str, Fix]] = {
             "A JobSet pod name would exceed 63 characters, so the pods could never be created.",
             "Use fewer nodes, or a runtime whose trainer replicated job has a shorter name.",
             _AUTHOR,
+        ),
+        Fix(
+            QUEUE_NOT_FOUND,
+            "The Kueue LocalQueue the job names (or its namespace's default queue) does not exist in the "
+            "job's namespace, or Kueue is not installed: Kueue would never admit the job.",
+            "Name an existing LocalQueue of the namespace in queue_name (kubectl get localqueues -n "
+            "<namespace>), or ask the platform team to create it or to correct the namespace's default queue "
+            "in the site settings.",
+            "submitter",
+        ),
+        Fix(
+            PRIORITY_CLASS_NOT_ALLOWED,
+            "A priority class decides whom Kueue preempts, so a job may ask only for a WorkloadPriorityClass "
+            "the platform allows in its namespace (and only with a queue).",
+            "Ask for a class the site settings allow in the namespace, or none; ask the platform team to "
+            "allow one (site settings: Kueue priority classes per namespace).",
+            "submitter",
         ),
     )
 }

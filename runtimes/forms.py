@@ -38,16 +38,50 @@ class AllowListForm(forms.Form):
 class SiteSettingsForm(forms.ModelForm):
     class Meta:
         model = SiteSettings
-        fields = ["allow_rank_restart", "publish_via", "publish_container", "label_domain", "trainer_version"]
-        labels = {"allow_rank_restart": "allowRankRestart (weaker identity guarantee)"}
+        fields = [
+            "allow_rank_restart",
+            "publish_via",
+            "publish_container",
+            "label_domain",
+            "trainer_version",
+            "kueue_default_queues",
+            "kueue_priority_classes",
+        ]
+        labels = {
+            "allow_rank_restart": "allowRankRestart (weaker identity guarantee)",
+            "kueue_default_queues": "Kueue default queue per namespace",
+            "kueue_priority_classes": "Kueue priority classes allowed per namespace",
+        }
+        help_texts = {
+            "kueue_default_queues": 'JSON {"namespace": "local-queue"}; "*" is every other namespace. A job '
+            "without queue_name joins its namespace's queue.",
+            "kueue_priority_classes": 'JSON {"namespace": ["workload-priority-class", ...]}; "*" is every '
+            "other namespace. A job may ask only for a listed class (priority_class).",
+        }
+        widgets = {
+            "kueue_default_queues": forms.Textarea(attrs={"rows": 3}),
+            "kueue_priority_classes": forms.Textarea(attrs={"rows": 3}),
+        }
 
     def clean(self) -> dict[str, Any]:
         from runtimes.api import SiteSettingsSerializer
 
         data = super().clean() or {}
+        for name in ("kueue_default_queues", "kueue_priority_classes"):
+            if name in data and data[name] is None:  # an emptied field: no entries
+                data[name] = {}
         serializer = SiteSettingsSerializer(self.instance, data=data, partial=True)
         if not serializer.is_valid():
             for field, errors in serializer.errors.items():
-                for error in errors:
-                    self.add_error(field if field in self.fields else None, str(error))
+                for error in _messages(errors):
+                    self.add_error(field if field in self.fields else None, error)
         return data
+
+
+def _messages(errors: Any, where: str = "") -> list[str]:
+    """A serializer's errors as lines; a map's (the Kueue settings per namespace) name their key."""
+    if isinstance(errors, dict):
+        return [m for key, value in errors.items() for m in _messages(value, f"{where}{key}: ")]
+    if isinstance(errors, list):
+        return [m for value in errors for m in _messages(value, where)]
+    return [f"{where}{errors}"]

@@ -91,6 +91,11 @@ class SiteSettings(models.Model):
     trainer_version = models.CharField(max_length=32, default="v2.3.0")
     # The site's recovery policy (jobs.recovery): overrides of the built-in default; a job may override it.
     recovery_policy = models.JSONField(default=dict, blank=True)
+    # Kueue, per namespace ("*": every namespace without its own entry): the LocalQueue a job without a
+    # queue_name joins ({namespace: queue}), and the WorkloadPriorityClasses a job may ask for
+    # ({namespace: [class, ...]}; none allowed where nothing is listed). jobs.queueing reads them.
+    kueue_default_queues = models.JSONField(default=dict, blank=True)
+    kueue_priority_classes = models.JSONField(default=dict, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
     updated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
@@ -112,4 +117,6 @@ class SiteSettings(models.Model):
             "label_domain": self.label_domain,
             "trainer_version": self.trainer_version,
             "recovery_policy": self.recovery_policy,
+            "kueue_default_queues": self.kueue_default_queues,
+            "kueue_priority_classes": self.kueue_priority_classes,
         }

@@ -156,6 +156,8 @@ SETTINGS_FIELDS = (
     "label_domain",
     "trainer_version",
     "recovery_policy",
+    "kueue_default_queues",
+    "kueue_priority_classes",
 )
 
 

@@ -87,6 +87,7 @@ def job_spec(args: argparse.Namespace) -> dict[str, Any]:
         "procs_per_node": args.procs_per_node,
         "display_name": args.display_name,
         "queue_name": args.queue_name,
+        "priority_class": args.priority_class,
         "active_deadline_seconds": args.active_deadline_seconds,
         "command": shlex.split(args.command) if args.command is not None else None,
         "args": shlex.split(args.args) if args.args is not None else None,
@@ -146,6 +147,14 @@ def _show_plan(out: TextIO, plan: Plan) -> None:
     if names.get("train_job"):
         copy = names.get("training_runtime")
         out.write(f"would create TrainJob {names['train_job']} on TrainingRuntime {copy}\n")
+    queue = plan.data.get("queue") or {}
+    if queue.get("local_queue"):
+        where = f" on ClusterQueue {queue['cluster_queue']}" if queue.get("cluster_queue") else ""
+        fit = queue.get("fits_now")
+        fits = "fits now" if fit is True else "does not fit now" if fit is False else "fit unknown"
+        out.write(
+            f"Kueue: LocalQueue {queue['local_queue']}{where}: {fits} ({queue.get('fit_message', '')})\n"
+        )
 
 
 def _show_session(out: TextIO, info: SessionInfo) -> None:
@@ -370,7 +379,10 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-nodes", type=int)
     p.add_argument("--procs-per-node", type=int)
     p.add_argument("--display-name")
-    p.add_argument("--queue-name")
+    p.add_argument(
+        "--queue-name", help="the Kueue LocalQueue (default: the namespace's, if the site sets one)"
+    )
+    p.add_argument("--priority-class", help="a Kueue WorkloadPriorityClass the site allows in the namespace")
     p.add_argument("--active-deadline-seconds", type=int)
     p.add_argument("--command", help="the trainer command, split like a shell would")
     p.add_argument("--args", help="the trainer arguments, split like a shell would")

@@ -274,6 +274,47 @@ class PlanNamesSerializer(serializers.Serializer):
     longest_pod_name = serializers.CharField(allow_null=True)
 
 
+class QueueQuotaSerializer(serializers.Serializer):
+    flavor = serializers.CharField()
+    resource = serializers.CharField()
+    quota = serializers.CharField(help_text="the flavor's nominal quota of the resource")
+    reserved = serializers.CharField(help_text="status.flavorsReservation: held by reserving workloads")
+    usage = serializers.CharField(help_text="status.flavorsUsage: used by admitted workloads")
+    free = serializers.CharField(help_text="quota minus reserved")
+    requested = serializers.CharField(allow_null=True, help_text="what this job asks; null: none of it")
+
+
+# inline, like ImagePlacement: "source" is a reserved attribute name on DRF fields.
+QueuePlanSerializer = inline_serializer(
+    name="QueuePlan",
+    fields={
+        "local_queue": serializers.CharField(allow_null=True),
+        "source": serializers.ChoiceField(
+            choices=["job", "namespace-default"], allow_null=True, help_text="who named the LocalQueue"
+        ),
+        "cluster_queue": serializers.CharField(allow_null=True),
+        "priority_class": serializers.CharField(allow_null=True),
+        "priority": serializers.IntegerField(allow_null=True, help_text="the WorkloadPriorityClass's value"),
+        "requests": serializers.DictField(
+            child=serializers.CharField(), help_text="the whole job, per resource"
+        ),
+        "quota": QueueQuotaSerializer(
+            many=True, help_text="the ClusterQueue's quota per flavor and resource"
+        ),
+        "fits_now": serializers.BooleanField(
+            allow_null=True, help_text="the requests fit the ClusterQueue's free quota now"
+        ),
+        "fit_message": serializers.CharField(),
+        "pending_workloads": serializers.IntegerField(
+            allow_null=True, help_text="workloads pending in the ClusterQueue"
+        ),
+    },
+    allow_null=True,
+    help_text="Kueue (jobs.queueing.QueuePlan): the LocalQueue, ClusterQueue and quota; null when no queue "
+    "applies",
+)
+
+
 class PlanSerializer(serializers.Serializer):
     """The plan's shape, for the OpenAPI schema (jobs.plan.Plan.to_dict builds it)."""
 
@@ -287,6 +328,7 @@ class PlanSerializer(serializers.Serializer):
     )
     images = ImagePlacementSerializer
     names = PlanNamesSerializer()
+    queue = QueuePlanSerializer
     recovery_policy = serializers.JSONField(
         help_text="what the supervisor does after a failure: {retry: {cause: n}, "
         "backoff_seconds: {cause: s}, budgets: {infrastructure: n, user: n}}"

@@ -6,10 +6,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from cluster import gateway
+from cluster import gateway, kueue
 from dispatch_site import roles
 from jobs.naming import new_job_id
 from jobs.plan import Plan, build_plan
+from jobs.queueing import NO_KUEUE, KueueInputs, allowed_priority_classes, choose_queue
 from jobs.spec import JobSpec
 from runtimes.models import AllowListEntry, SiteSettings
 from runtimes.reasons import AllowListMiss
@@ -23,6 +24,35 @@ def _runtime_key(spec: JobSpec) -> tuple[str, str, str]:
 # How stale a runtime read may be for answering plan and accepting a submission; the task that starts the
 # execution reads it afresh and judges it again before creating anything.
 PLAN_RUNTIME_MAX_AGE = 2.0
+
+
+def kueue_inputs(*, spec: JobSpec, site: SiteSettings) -> KueueInputs:
+    """The job's queue and priority class (its own, else its namespace's defaults) and the Kueue objects they
+    name, read afresh (a ClusterQueue's usage is live data). Nothing is read when the job uses no queue and
+    no priority class, so a cluster without Kueue plans and starts such jobs as before. ClusterError when
+    the cluster cannot be read; Kueue not being installed is a fact of the plan, not an error."""
+    choice = choose_queue(spec, site.kueue_default_queues or {})
+    if not choice.uses_kueue:
+        return NO_KUEUE
+    allowed = allowed_priority_classes(spec.namespace, site.kueue_priority_classes or {})
+    local_queue = cluster_queue = priority_class = None
+    try:
+        if choice.queue:
+            local_queue = kueue.get_local_queue(spec.namespace, choice.queue)
+            cq_name = ((local_queue or {}).get("spec") or {}).get("clusterQueue")
+            if cq_name:
+                cluster_queue = kueue.get_cluster_queue(str(cq_name))
+        if choice.priority_class and choice.priority_class in allowed:
+            priority_class = kueue.get_priority_class(choice.priority_class)
+    except kueue.KueueNotInstalled:
+        return KueueInputs(choice=choice, allowed_classes=allowed, installed=False)
+    return KueueInputs(
+        choice=choice,
+        allowed_classes=allowed,
+        local_queue=local_queue,
+        cluster_queue=cluster_queue,
+        priority_class=priority_class,
+    )
 
 
 def job_plan(
@@ -59,6 +89,12 @@ def job_plan(
             list_empty=entry is None and not AllowListEntry.objects.exists(),
             listed_for=tuple(entry.purposes) if entry else (),
         )
+    # Like the runtime, Kueue is read only in a namespace the user is granted (the plan refuses otherwise).
+    queueing = (
+        kueue_inputs(spec=spec, site=site)
+        if namespace_granted
+        else KueueInputs(choice=choose_queue(spec, site.kueue_default_queues or {}), read=False)
+    )
     plan = build_plan(
         spec=spec,
         runtime=runtime.body if runtime else None,
@@ -69,5 +105,6 @@ def job_plan(
         attempt=attempt,
         label_domain=site.label_domain,
         trainer_version=site.trainer_version,
+        kueue=queueing,
     )
     return plan, runtime

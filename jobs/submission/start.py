@@ -169,7 +169,7 @@ def _refuse_at_start(job: Job, execution: Execution, plan: Plan, holder: str) ->
         job_event(
             job,
             "refused",
-            "the runtime broke a rule between plan and start",
+            "judged again at start, the job is refused (its runtime or its Kueue queue changed)",
             execution.attempt,
             reasons=reasons,
         )

@@ -283,3 +283,89 @@ def test_nobody_but_dispatch_creates_objects_with_dispatchs_label(
     forged = _as_alice(kubeconfig, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(runtime))
     assert forged.returncode != 0
     assert "only dispatch may create it" in forged.stderr
+
+
+# Kueue's controller as installed from its release manifests (deploy/guard/policies.yaml lists it).
+KUEUE_CONTROLLER = "system:serviceaccount:kueue-system:kueue-controller-manager"
+
+
+def test_kueue_admits_and_updates_dispatchs_queued_trainjob_under_the_guard(
+    kube: Any,
+    kubeconfig: str,
+    managed_namespace: str,
+    kueue_queue: Any,
+    on_serviceaccount: DispatchServiceAccount,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Kueue suspends and unsuspends a queued TrainJob and writes its runtimePatch: UPDATEs of an object the
+    guard protects. Here Kueue runs with the plane's admin identity (exempt as the local controllers), so
+    the queued job is admitted and completes; and an UPDATE under the name Kueue's controller has in a real
+    installation (impersonated, with RBAC to update TrainJobs) passes the guard, where alice's is denied.
+    Without that name in exemptUsers the impersonated update was denied ("only dispatch may update it")."""
+    body = {
+        "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+        "namespace": managed_namespace,
+        "image": "localhost/trainer:v1",
+        "num_nodes": 1,
+        "queue_name": kueue_queue.name,
+        "env": {"KWOK_RUN_DURATION": "1s"},
+    }
+    from runtimes.models import AllowListEntry
+
+    AllowListEntry.objects.get_or_create(kind="ClusterTrainingRuntime", name="dispatch-kind", for_jobs=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = _api(submitter[1]).post("/api/v1/jobs", body, format="json")
+    assert response.status_code == 202, response.json()
+    name = f"{response.json()['id']}-1"
+
+    def trainjob() -> dict[str, Any]:
+        obj: dict[str, Any] = kube.custom.get_namespaced_custom_object(
+            GROUP, VERSION, managed_namespace, "trainjobs", name
+        )
+        return obj
+
+    assert trainjob()["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == kueue_queue.name
+    wait_for(
+        lambda: any(
+            c["type"] == "Complete" and c["status"] == "True"
+            for c in trainjob().get("status", {}).get("conditions", [])
+        ),
+        timeout=120,
+        what="Kueue to admit (unsuspend) the TrainJob and the job to complete",
+    )
+
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "kueue-trainjobs", "namespace": managed_namespace},
+        "rules": [{"apiGroups": [GROUP], "resources": ["trainjobs"], "verbs": ["get", "update", "patch"]}],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "kueue-trainjobs", "namespace": managed_namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kueue-trainjobs"},
+        "subjects": [
+            {"kind": "ServiceAccount", "name": "kueue-controller-manager", "namespace": "kueue-system"}
+        ],
+    }
+    apply([role, binding], kubeconfig)
+    annotate = ("annotate", "trainjob", name, "-n", managed_namespace, "--overwrite")
+
+    def by_kueue() -> Any:
+        result = kubectl(
+            f"--as={KUEUE_CONTROLLER}",
+            *annotate,
+            "dispatch.test/by=kueue",
+            kubeconfig=kubeconfig,
+            check=False,
+        )
+        # RBAC caches settle a moment after the binding: "User ... cannot get resource ..." until then.
+        return None if f'User "{KUEUE_CONTROLLER}" cannot' in result.stderr else result
+
+    as_kueue = wait_for(by_kueue, timeout=30, what="the impersonated controller's RBAC to take effect")
+    assert as_kueue.returncode == 0, as_kueue.stderr
+    assert trainjob()["metadata"]["annotations"]["dispatch.test/by"] == "kueue"
+    as_alice = _as_alice(kubeconfig, *annotate, "dispatch.test/by=alice")
+    assert as_alice.returncode != 0 and "only dispatch may update it" in as_alice.stderr

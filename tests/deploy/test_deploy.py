@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from tests.support.deploy import (
@@ -420,6 +420,70 @@ def test_the_account_may_not_read_secrets_edit_rbac_or_the_guard_cluster_wide(
     dispatch_serviceaccount: DispatchServiceAccount, args: tuple[str, ...]
 ) -> None:
     assert not _can(dispatch_serviceaccount, *args)
+
+
+def _may(
+    account: DispatchServiceAccount, verb: str, group: str, resource: str, namespace: str = "", sub: str = ""
+) -> bool:
+    """A SelfSubjectAccessReview with the account's token, naming the group and resource itself: `kubectl
+    auth can-i` answers no for a resource the API server does not serve (Kueue's kinds on a plane where Kueue
+    was never installed, its visibility API while Kueue is stopped), whatever RBAC says."""
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=account.kubeconfig, client_configuration=configuration)
+    with client.ApiClient(configuration) as api:
+        review = client.AuthorizationV1Api(api).create_self_subject_access_review(
+            client.V1SelfSubjectAccessReview(
+                spec=client.V1SelfSubjectAccessReviewSpec(
+                    resource_attributes=client.V1ResourceAttributes(
+                        verb=verb, group=group, resource=resource, subresource=sub, namespace=namespace
+                    )
+                )
+            )
+        )
+    return bool(review.status and review.status.allowed)
+
+
+KUEUE, VISIBILITY = "kueue.x-k8s.io", "visibility.kueue.x-k8s.io"
+
+
+@pytest.mark.parametrize(
+    ("verb", "group", "resource", "sub", "where", "allowed"),
+    [
+        # plan: the ClusterQueue (quota, usage) and the WorkloadPriorityClass, cluster-scoped
+        ("get", KUEUE, "clusterqueues", "", "cluster", True),
+        ("list", KUEUE, "workloadpriorityclasses", "", "cluster", True),
+        ("watch", KUEUE, "resourceflavors", "", "cluster", True),
+        # plan and supervision, per managed namespace: LocalQueues, Workloads (deactivation is a patch),
+        # the queue positions of the visibility API
+        ("get", KUEUE, "localqueues", "", "granted", True),
+        ("list", KUEUE, "workloads", "", "granted", True),
+        ("patch", KUEUE, "workloads", "", "granted", True),
+        ("get", VISIBILITY, "localqueues", "pendingworkloads", "granted", True),
+        # nothing else
+        ("create", KUEUE, "workloads", "", "granted", False),
+        ("delete", KUEUE, "workloads", "", "granted", False),
+        ("patch", KUEUE, "localqueues", "", "granted", False),
+        ("list", KUEUE, "workloads", "", "cluster", False),
+        ("list", KUEUE, "localqueues", "", "cluster", False),
+        ("patch", KUEUE, "workloads", "", "other", False),
+        ("get", VISIBILITY, "localqueues", "pendingworkloads", "other", False),
+        ("get", VISIBILITY, "clusterqueues", "pendingworkloads", "cluster", False),
+        ("patch", KUEUE, "clusterqueues", "", "cluster", False),
+        ("create", KUEUE, "workloadpriorityclasses", "", "cluster", False),
+    ],
+)
+def test_the_accounts_kueue_rights_are_what_plan_and_supervision_read_and_patch(
+    dispatch_serviceaccount: DispatchServiceAccount,
+    granted: str,
+    verb: str,
+    group: str,
+    resource: str,
+    sub: str,
+    where: str,
+    allowed: bool,
+) -> None:
+    namespace = {"granted": granted, "other": "default", "cluster": ""}[where]
+    assert _may(dispatch_serviceaccount, verb, group, resource, namespace, sub) is allowed
 
 
 def test_the_roles_name_no_wildcards_and_no_secrets(example_manifests: list[dict[str, Any]]) -> None:

@@ -20,6 +20,7 @@ from jobs.plan import (
     parse_trainer_version,
     upsert_env,
 )
+from jobs.queueing import KueueInputs, choose_queue
 from jobs.spec import JobSpec, RuntimeRef
 from runtimes.reasons import SiteRules
 
@@ -211,7 +212,21 @@ def test_minimal_job_sets_only_the_keys_it_has() -> None:
 
 
 def test_queue_name_labels_the_trainjob_and_suspends_it_for_kueue() -> None:
-    plan = plan_for(job_spec(queue_name="team-a-queue"))
+    spec = job_spec(queue_name="team-a-queue")
+    queue = {"metadata": {"name": "team-a-queue"}, "spec": {"clusterQueue": "cq"}}
+    kueue = KueueInputs(choice=choose_queue(spec, {}), local_queue=queue, cluster_queue={"spec": {}})
+    plan = build_plan(
+        spec=spec,
+        runtime=dispatch_kind(),
+        rules=SiteRules(),
+        allow_listed=None,
+        namespace_granted=True,
+        job_id=JOB_ID,
+        attempt=1,
+        label_domain=DOMAIN,
+        trainer_version="v2.3.0",
+        kueue=kueue,
+    )
     assert plan.train_job is not None
     assert plan.train_job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a-queue"
     assert plan.train_job["spec"]["suspend"] is True
@@ -448,6 +463,7 @@ def test_to_dict_is_json_and_has_the_documented_keys() -> None:
         "objects",
         "images",
         "names",
+        "queue",
     }
     assert set(data["objects"]) == {"training_runtime", "train_job"}
     assert data["reasons"][0] == {

@@ -144,6 +144,29 @@ def test_platform_edits_site_settings_and_the_change_is_audited(
     assert SiteSettings.load().publish_container == "identity"
 
 
+def test_platform_edits_the_kueue_settings_on_the_page(client: Client, platform_user: object) -> None:
+    _login(client, "pat")
+    form = {
+        "publish_via": "env",
+        "label_domain": "dispatch.dev",
+        "trainer_version": "v2.3.0",
+        "kueue_default_queues": '{"team-a": "team-a-queue"}',
+        "kueue_priority_classes": '{"*": ["dispatch-low"]}',
+    }
+    response = client.post("/settings/", form, follow=True)
+    assert b"Site settings saved." in response.content
+    site = SiteSettings.load()
+    assert site.kueue_default_queues == {"team-a": "team-a-queue"}
+    assert site.kueue_priority_classes == {"*": ["dispatch-low"]}
+    page = client.get("/settings/").content.decode()
+    assert "Kueue default queue per namespace" in page and "team-a-queue" in page
+    bad = client.post("/settings/", form | {"kueue_default_queues": '{"team-a": "Bad_Queue"}'})
+    assert bad.status_code == 400 and b"DNS-1123 subdomain" in bad.content
+    emptied = client.post("/settings/", form | {"kueue_default_queues": ""}, follow=True)
+    assert b"Site settings saved." in emptied.content
+    assert SiteSettings.load().kueue_default_queues == {}
+
+
 def test_settings_page_is_read_only_for_other_roles(client: Client, oncall_user: object) -> None:
     _login(client, "olive")
     page = client.get("/settings/").content.decode()

@@ -138,6 +138,51 @@ def test_bad_settings_are_400(platform_api: APIClient, body: dict, field: str) -
     assert not AuditEvent.objects.filter(action="settings.update").exists()
 
 
+def test_platform_sets_the_kueue_settings_per_namespace_and_the_change_is_audited(
+    user_api: APIClient, platform_api: APIClient
+) -> None:
+    kueue = {
+        "kueue_default_queues": {"team-a": "team-a-queue", "*": "shared"},
+        "kueue_priority_classes": {"team-a": ["dispatch-high", "dispatch-low"], "*": []},
+    }
+    assert user_api.patch("/api/v1/settings", kueue, format="json").status_code == 403
+    response = platform_api.patch("/api/v1/settings", kueue, format="json")
+    assert response.status_code == 200, response.json()
+    assert {k: response.json()[k] for k in kueue} == kueue
+    site = SiteSettings.load()
+    assert (site.kueue_default_queues, site.kueue_priority_classes) == (
+        kueue["kueue_default_queues"],
+        kueue["kueue_priority_classes"],
+    )
+    assert {k: user_api.get("/api/v1/settings").json()[k] for k in kueue} == kueue
+    event = AuditEvent.objects.get(action="settings.update")
+    assert event.details["kueue_default_queues"] == {"from": {}, "to": kueue["kueue_default_queues"]}
+    assert event.details["kueue_priority_classes"]["to"] == kueue["kueue_priority_classes"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"kueue_default_queues": {"Team_A": "q"}}, "is not a namespace name"),
+        ({"kueue_default_queues": {"team-a": "Queue"}}, "DNS-1123 subdomain"),
+        ({"kueue_default_queues": {"team-a": "q" * 64}}, "at most 63 characters"),
+        ({"kueue_default_queues": {"team-a": ["q"]}}, "must be a string"),
+        ({"kueue_priority_classes": {"team-a": "dispatch-high"}}, "Expected a list"),
+        ({"kueue_priority_classes": {"team-a": [0]}}, "must be a string"),
+        ({"kueue_priority_classes": {"team-a": ["high", "high"]}}, "lists a class twice"),
+        ({"kueue_priority_classes": {"**": ["high"]}}, "is not a namespace name"),
+    ],
+)
+def test_bad_kueue_settings_are_400_naming_the_namespace(
+    platform_api: APIClient, body: dict, message: str
+) -> None:
+    response = platform_api.patch("/api/v1/settings", body, format="json")
+    assert response.status_code == 400, response.json()
+    (field,) = body
+    assert message in str(response.json()[field])
+    assert not AuditEvent.objects.filter(action="settings.update").exists()
+
+
 def test_the_publish_settings_go_together_whatever_is_stored(platform_api: APIClient) -> None:
     """A request is valid or not on its own (as the schema says), not by what an earlier PATCH stored."""
     set_both = {"publish_via": "initContainer", "publish_container": "publish"}

@@ -19,9 +19,11 @@ import ssl
 import time
 import urllib.request
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
@@ -510,25 +512,21 @@ def test_visibility_api_answers_404_for_an_unknown_local_queue(kube: Kube, kueue
     assert excinfo.value.status == 404
 
 
-# The rules dispatch needs against a Kueue (KUEUE-NOTES.md, "RBAC"), in deploy/rbac's two ClusterRoles:
-# cluster-wide reads (one list call per kind for supervision; the queues and flavors for plan), and per
-# granted namespace the Workload writes (deactivation) and the LocalQueue's pending workloads.
-KUEUE_READER_RULES = [
-    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "watch"]},
-    {
-        "apiGroups": ["kueue.x-k8s.io"],
-        "resources": ["clusterqueues", "localqueues", "resourceflavors", "workloadpriorityclasses"],
-        "verbs": ["get", "list", "watch"],
-    },
-]
-KUEUE_JOBS_RULES = [
-    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "patch"]},
-    {
-        "apiGroups": ["visibility.kueue.x-k8s.io"],
-        "resources": ["localqueues/pendingworkloads"],
-        "verbs": ["get"],
-    },
-]
+REPO = Path(__file__).resolve().parents[2]
+
+
+# The rules dispatch needs against a Kueue, as deploy/rbac grants them (the Kueue rules of the ClusterRole
+# dispatch-runtime-reader: the cluster-scoped kinds, for plan; and of the Role dispatch-jobs, per managed
+# namespace: LocalQueues, Workloads, which supervision lists and deactivates with a patch, and the
+# LocalQueue's pending workloads of the visibility API).
+def _kueue_rules(path: str) -> list[dict[str, list[str]]]:
+    docs = yaml.safe_load_all((REPO / "deploy" / "rbac" / path).read_text())
+    (role,) = [d for d in docs if d and d["kind"] in ("ClusterRole", "Role")]
+    return [r for r in role["rules"] if any(g.endswith("kueue.x-k8s.io") for g in r["apiGroups"])]
+
+
+KUEUE_READER_RULES = _kueue_rules("roles.yaml")
+KUEUE_JOBS_RULES = _kueue_rules("namespace-role.yaml")
 
 
 def policy(rules: list[dict[str, list[str]]]) -> list[client.V1PolicyRule]:
@@ -541,9 +539,10 @@ def policy(rules: list[dict[str, list[str]]]) -> list[client.V1PolicyRule]:
 def test_dispatchs_kueue_rbac_rules_are_enough_and_the_visibility_api_enforces_them(
     kube: Kube, kubeconfig: str, kueue_queue: KueueQueue, tmp_path: Any
 ) -> None:
-    """A ServiceAccount holding only the rules above lists Workloads everywhere, reads the queues, patches
-    spec.active of a Workload in its namespace, and reads its LocalQueue's pending workloads; the visibility
-    API (delegated authorization: a SubjectAccessReview to kube-apiserver) refuses it another namespace's."""
+    """A ServiceAccount holding only the rules above (deploy/rbac's) lists its namespace's Workloads (not
+    every namespace's), reads the queues, patches spec.active of a Workload in its namespace, and reads its
+    LocalQueue's pending workloads; the visibility API (delegated authorization: a SubjectAccessReview to
+    kube-apiserver) refuses it another namespace's."""
     ns = kueue_queue.namespace
     name = f"{ns}-kueue"
     sa = client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="probe"))
@@ -598,7 +597,7 @@ def test_dispatchs_kueue_rbac_rules_are_enough_and_the_visibility_api_enforces_t
 
         def allowed() -> bool:  # RBAC caches settle within a moment of the bindings' creation
             try:
-                probe.custom.list_cluster_custom_object(*KUEUE, "workloads")
+                probe.custom.list_namespaced_custom_object(*KUEUE, ns, "workloads")
                 return True
             except ApiException as exc:
                 if exc.status != 403:
@@ -608,11 +607,14 @@ def test_dispatchs_kueue_rbac_rules_are_enough_and_the_visibility_api_enforces_t
         wait_for("the bindings to take effect", allowed)
         names = [
             w["metadata"]["name"]
-            for w in probe.custom.list_cluster_custom_object(*KUEUE, "workloads")["items"]
+            for w in probe.custom.list_namespaced_custom_object(*KUEUE, ns, "workloads")["items"]
         ]
         assert wl["metadata"]["name"] in names
+        with pytest.raises(ApiException) as refused:  # supervision reads Workloads per managed namespace
+            probe.custom.list_cluster_custom_object(*KUEUE, "workloads")
+        assert refused.value.status == 403
         probe.custom.get_cluster_custom_object(*KUEUE, "clusterqueues", kueue_queue.cluster_queue)
-        probe.custom.list_cluster_custom_object(*KUEUE, "localqueues")
+        probe.custom.list_namespaced_custom_object(*KUEUE, ns, "localqueues")
         probe.custom.get_namespaced_custom_object(*KUEUE, ns, "localqueues", kueue_queue.name)
         probe.custom.get_cluster_custom_object(*KUEUE, "workloadpriorityclasses", "dispatch-low")
         probe.custom.get_cluster_custom_object(*KUEUE, "resourceflavors", "dispatch-kwok")

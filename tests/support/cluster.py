@@ -19,7 +19,7 @@
 DISPATCH_CLUSTER_KUEUE=1 runs the whole session with Kueue instead, as on a cluster where Kueue is installed:
 its TrainJob webhooks then see every TrainJob, queued or not (they append an empty runtimePatch with manager
 ``kueue.x-k8s.io/manager``, and the validating one refuses a TrainJob whose runtime Kueue's informer cache has
-not seen, with its own message: KUEUE-NOTES.md). Without it, a plane left running with Kueue
+not seen, with its own message: README, "Kueue"). Without it, a plane left running with Kueue
 (DISPATCH_CLUSTER_KEEP) has Kueue stopped at the start of the session.
 
 Everything talks to the API server on 127.0.0.1 only; pod and service IPs are fake (KWOK) and never dialled.

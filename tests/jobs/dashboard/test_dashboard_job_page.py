@@ -9,8 +9,13 @@ from typing import Any
 import pytest
 
 from jobs.models import Execution, Job, JobState
+from jobs.plan import build_plan
+from jobs.queueing import KueueInputs, choose_queue
+from jobs.spec import JobSpec
 from runtimes.fixes import FIXES
+from runtimes.reasons import SiteRules
 from tests.jobs.dashboard.test_job_pages import client_for, make_job, page, runtime_body
+from tests.jobs.test_queueing import GPU_PER_NODE, recorded
 
 pytestmark = pytest.mark.django_db
 
@@ -85,3 +90,38 @@ def test_events_and_log_partials_say_the_cluster_is_unreachable(plain_user: Any)
     assert "Events could not be read" in events and "127.0.0.1:1" in events
     log = page(client, f"/jobs/{job.id}/log/?attempt=1&rank=0", **{"HX-Request": "true"})
     assert "the cluster could not be read" in log
+
+
+def test_the_plan_shows_the_kueue_queue_its_quota_and_whether_the_job_fit(plain_user: Any) -> None:
+    """A job planned into a LocalQueue whose ClusterQueue (as Kueue recorded it) had its GPUs reserved."""
+    job = make_job(plain_user[0], state=JobState.QUEUED)
+    spec = JobSpec.from_dict(job.spec | {"queue_name": "dispatch", "resources_per_node": GPU_PER_NODE})
+    local_queue = recorded("pending-insufficient-quota", "LocalQueue")
+    cluster_queue = recorded("pending-insufficient-quota", "ClusterQueue")
+    plan = build_plan(
+        spec=spec,
+        runtime=runtime_body(),
+        rules=SiteRules(),
+        allow_listed=True,
+        namespace_granted=True,
+        job_id=job.id,
+        attempt=1,
+        label_domain="dispatch.example.com",
+        trainer_version="v2.3.0",
+        kueue=KueueInputs(
+            choice=choose_queue(spec, {}), local_queue=local_queue, cluster_queue=cluster_queue
+        ),
+    )
+    Job.objects.filter(pk=job.pk).update(plan=plan.to_dict())
+    html = page(client_for(plain_user[0]), f"/jobs/{job.id}/")
+    queue = html[html.index('id="queue"') : html.index("</table>", html.index('id="queue-quota"'))]
+    cq = cluster_queue["metadata"]["name"]
+    assert f"LocalQueue <code>dispatch</code> on ClusterQueue <code>{cq}</code>" in queue
+    assert "does not fit now" in queue and "2 pending in the ClusterQueue" in queue
+    assert "nvidia.com/gpu: 2 requested, 0 of 2 free in flavor dispatch-kwok" in queue
+    rows = re.findall(
+        r"<tr><td>dispatch-kwok</td><td><code>([^<]+)</code></td>((?:<td>[^<]*</td>)+)</tr>", queue
+    )
+    cells = {resource: re.findall(r"<td>([^<]*)</td>", rest) for resource, rest in rows}
+    assert cells["nvidia.com/gpu"] == ["2", "2", "2", "0", "2"]
+    assert cells["cpu"] == ["4", "0", "0", "4", "-"]

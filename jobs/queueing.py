@@ -1,0 +1,489 @@
+"""Kueue in the plan: which LocalQueue and WorkloadPriorityClass a job gets, whether the platform allows
+them, what the job asks of its ClusterQueue's quota and whether that fits now. Pure: plain data in (the job,
+its runtime, the site's per-namespace Kueue settings, the Kueue objects planning read), plain data out.
+
+- The queue: the job's `queue_name`, else its namespace's default queue (a site setting; the key "*" is the
+  default for every namespace without one of its own). No queue and no priority class: Kueue plays no part
+  and nothing is read from it.
+- Refusals (DESIGN.md): `queue-not-found` when the LocalQueue does not exist in the job's namespace, or
+  Kueue is not installed at all; `priority-class-not-allowed` when the job asks for a WorkloadPriorityClass
+  the site does not allow in its namespace, one that does not exist, or one without a queue to apply it in.
+- What the job asks: per pod the sum of its containers' requests (a limit stands in for a missing request,
+  as Kubernetes defaults it), at least its largest init container's, times the pods of each replicated job
+  (jobs.naming.pod_counts). The job's `resources_per_node` replaces the `node` container's resources of the
+  trainer job, as Kueue v0.19.2 counts a TrainJob (recorded: a job asking only for nvidia.com/gpu reserves
+  no cpu or memory; tests/jobs/supervision/kueue-fixtures/pending-insufficient-quota.json).
+- Fits now: for each resource group of the ClusterQueue that covers a requested resource, some flavor has
+  nominal quota minus reserved quota (status.flavorsReservation) at least the request for every requested
+  resource of the group, tried in the group's order as Kueue's flavor assigner does. Borrowing from a cohort
+  and flavors' node labels and taints are not counted: the message says so where a cohort exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Final, Literal
+
+from jobs.naming import pod_counts
+from jobs.spec import JobSpec, parse_quantity
+from runtimes.reasons import TRAINER_ANCESTOR_LABEL, TRAINER_ANCESTOR_STEP, Reason
+
+QUEUE_NOT_FOUND: Final = "queue-not-found"
+PRIORITY_CLASS_NOT_ALLOWED: Final = "priority-class-not-allowed"
+
+ALL_NAMESPACES: Final = "*"  # a site setting's key that applies to every namespace without its own entry
+NODE_CONTAINER: Final = "node"
+
+QueueSource = Literal["job", "namespace-default"]
+
+
+# --- choosing ---------------------------------------------------------------------------------------
+
+
+def default_queue(namespace: str, default_queues: Mapping[str, str]) -> str | None:
+    """The namespace's default LocalQueue (its own entry, else the "*" entry), or None."""
+    queue = default_queues.get(namespace) or default_queues.get(ALL_NAMESPACES)
+    return str(queue) if queue else None
+
+
+def allowed_priority_classes(namespace: str, allowed: Mapping[str, Iterable[str]]) -> tuple[str, ...]:
+    """The WorkloadPriorityClasses the site allows in the namespace (its own entry, else the "*" entry)."""
+    classes = allowed.get(namespace)
+    if classes is None:
+        classes = allowed.get(ALL_NAMESPACES) or ()
+    return tuple(str(c) for c in classes)
+
+
+@dataclass(frozen=True)
+class QueueChoice:
+    """The queue and priority class a job gets, before anything is read from the cluster."""
+
+    queue: str | None
+    source: QueueSource | None  # None without a queue
+    priority_class: str | None
+
+    @property
+    def uses_kueue(self) -> bool:
+        return bool(self.queue or self.priority_class)
+
+
+def choose_queue(spec: JobSpec, default_queues: Mapping[str, str]) -> QueueChoice:
+    if spec.queue_name:
+        return QueueChoice(spec.queue_name, "job", spec.priority_class)
+    queue = default_queue(spec.namespace, default_queues)
+    return QueueChoice(queue, "namespace-default" if queue else None, spec.priority_class)
+
+
+NO_QUEUE: Final = QueueChoice(None, None, None)
+
+
+@dataclass(frozen=True)
+class KueueInputs:
+    """What planning knows about Kueue for one job: the choice, the site's allowed classes for the job's
+    namespace, and the objects it read (None where one does not exist; not read when `installed` is False).
+    `read` is False when planning read nothing (the namespace is not granted, which refuses the job
+    anyway)."""
+
+    choice: QueueChoice
+    allowed_classes: tuple[str, ...] = ()
+    read: bool = True
+    installed: bool = True
+    local_queue: Mapping[str, Any] | None = None
+    cluster_queue: Mapping[str, Any] | None = None
+    priority_class: Mapping[str, Any] | None = None  # the WorkloadPriorityClass object
+
+
+NO_KUEUE: Final = KueueInputs(choice=NO_QUEUE)
+
+
+# --- quantities --------------------------------------------------------------------------------------
+
+
+def _m(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _quantity(value: object) -> Decimal:
+    """A quantity as a number; anything unreadable counts as 0 (the API server validated what it stores)."""
+    try:
+        return parse_quantity(str(value))
+    except ValueError:
+        return Decimal(0)
+
+
+_BINARY_UNITS: Final = (
+    ("Ei", 2**60),
+    ("Pi", 2**50),
+    ("Ti", 2**40),
+    ("Gi", 2**30),
+    ("Mi", 2**20),
+    ("Ki", 2**10),
+)
+
+
+def format_quantity(value: Decimal) -> str:
+    """A number as a Kubernetes quantity: "200m", "4", "64Mi", "16Gi" (binary units for whole multiples of
+    1024 from 1Ki up, millis for fractions)."""
+    if value == value.to_integral_value():
+        whole = int(value)
+        for unit, size in _BINARY_UNITS:
+            if whole >= size and whole % size == 0:
+                return f"{whole // size}{unit}"
+        return str(whole)
+    millis = value * 1000
+    if millis == millis.to_integral_value():
+        return f"{int(millis)}m"
+    return format(value.normalize(), "f")
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
+    resources = _m(container.get("resources"))
+    limits = {str(k): _quantity(v) for k, v in _m(resources.get("limits")).items()}
+    requests = {str(k): _quantity(v) for k, v in _m(resources.get("requests")).items()}
+    return {**limits, **requests}  # a limit stands in for a missing request
+
+
+def _add(total: dict[str, Decimal], more: Mapping[str, Decimal], times: int = 1) -> None:
+    for name, amount in more.items():
+        total[name] = total.get(name, Decimal(0)) + amount * times
+
+
+def _pod_requests(pod_spec: Mapping[str, Any], node_override: Mapping[str, Any] | None) -> dict[str, Decimal]:
+    total: dict[str, Decimal] = {}
+    for container in _list(pod_spec.get("containers")):
+        container = _m(container)
+        if node_override is not None and container.get("name") == NODE_CONTAINER:
+            container = {**container, "resources": node_override}
+        _add(total, _container_requests(container))
+    sidecars: dict[str, Decimal] = {}
+    largest_init: dict[str, Decimal] = {}
+    for init in _list(pod_spec.get("initContainers")):
+        init = _m(init)
+        requests = _container_requests(init)
+        if init.get("restartPolicy") == "Always":  # a sidecar runs beside the containers
+            _add(sidecars, requests)
+        else:
+            for name, amount in requests.items():
+                largest_init[name] = max(largest_init.get(name, Decimal(0)), amount)
+    _add(total, sidecars)
+    for name, amount in largest_init.items():
+        total[name] = max(total.get(name, Decimal(0)), amount)
+    return total
+
+
+def job_requests(spec: JobSpec, runtime: Mapping[str, Any]) -> dict[str, Decimal]:
+    """What the whole job asks of its ClusterQueue, per resource (zero amounts left out)."""
+    jobs = _list(_m(_m(_m(runtime.get("spec")).get("template")).get("spec")).get("replicatedJobs"))
+    counts = {name: replicas * pods for name, replicas, pods in pod_counts(runtime, spec.num_nodes)}
+    override = spec.resources_per_node or None
+    total: dict[str, Decimal] = {}
+    for job in jobs:
+        job = _m(job)
+        template = _m(job.get("template"))
+        step = _m(_m(template.get("metadata")).get("labels")).get(TRAINER_ANCESTOR_LABEL)
+        pod_spec = _m(_m(_m(template.get("spec")).get("template")).get("spec"))
+        per_pod = _pod_requests(pod_spec, override if step == TRAINER_ANCESTOR_STEP else None)
+        _add(total, per_pod, counts.get(str(job.get("name", "")), 1))
+    return {name: amount for name, amount in sorted(total.items()) if amount > 0}
+
+
+# --- the ClusterQueue --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResourceQuota:
+    flavor: str
+    resource: str
+    quota: Decimal  # nominal quota
+    reserved: Decimal  # status.flavorsReservation: quota held by admitted and quota-reserving workloads
+    usage: Decimal  # status.flavorsUsage: quota used by admitted workloads
+    requested: Decimal | None  # what this job asks (None: it asks none of this resource)
+
+    @property
+    def free(self) -> Decimal:
+        return max(self.quota - self.reserved, Decimal(0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "flavor": self.flavor,
+            "resource": self.resource,
+            "quota": format_quantity(self.quota),
+            "reserved": format_quantity(self.reserved),
+            "usage": format_quantity(self.usage),
+            "free": format_quantity(self.free),
+            "requested": None if self.requested is None else format_quantity(self.requested),
+        }
+
+
+def _status_amounts(status: Mapping[str, Any], key: str) -> dict[tuple[str, str], Decimal]:
+    amounts: dict[tuple[str, str], Decimal] = {}
+    for flavor in _list(status.get(key)):
+        flavor = _m(flavor)
+        for resource in _list(flavor.get("resources")):
+            resource = _m(resource)
+            amounts[(str(flavor.get("name")), str(resource.get("name")))] = _quantity(
+                resource.get("total", 0)
+            )
+    return amounts
+
+
+@dataclass(frozen=True)
+class ResourceGroup:
+    covered: tuple[str, ...]
+    flavors: tuple[str, ...]
+
+
+def cluster_queue_quotas(
+    cluster_queue: Mapping[str, Any], requests: Mapping[str, Decimal]
+) -> tuple[list[ResourceGroup], list[ResourceQuota]]:
+    """The ClusterQueue's resource groups and, per flavor and resource, quota, reservation and usage."""
+    spec, status = _m(cluster_queue.get("spec")), _m(cluster_queue.get("status"))
+    reserved = _status_amounts(status, "flavorsReservation")
+    usage = _status_amounts(status, "flavorsUsage")
+    groups: list[ResourceGroup] = []
+    quotas: list[ResourceQuota] = []
+    for group in _list(spec.get("resourceGroups")):
+        group = _m(group)
+        names: list[str] = []
+        for flavor in _list(group.get("flavors")):
+            flavor = _m(flavor)
+            fname = str(flavor.get("name"))
+            names.append(fname)
+            for resource in _list(flavor.get("resources")):
+                resource = _m(resource)
+                rname = str(resource.get("name"))
+                quotas.append(
+                    ResourceQuota(
+                        flavor=fname,
+                        resource=rname,
+                        quota=_quantity(resource.get("nominalQuota", 0)),
+                        reserved=reserved.get((fname, rname), Decimal(0)),
+                        usage=usage.get((fname, rname), Decimal(0)),
+                        requested=requests.get(rname),
+                    )
+                )
+        groups.append(
+            ResourceGroup(tuple(str(r) for r in _list(group.get("coveredResources"))), tuple(names))
+        )
+    return groups, quotas
+
+
+def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for cond in _list(_m(obj.get("status")).get("conditions")):
+        if _m(cond).get("type") == kind:
+            return _m(cond)
+    return None
+
+
+def fits_now(
+    cluster_queue: Mapping[str, Any], requests: Mapping[str, Decimal]
+) -> tuple[bool, str, list[ResourceQuota]]:
+    """Whether the job's requests fit the ClusterQueue's free quota now, why (or why not), and the quotas."""
+    name = str(_m(cluster_queue.get("metadata")).get("name", ""))
+    groups, quotas = cluster_queue_quotas(cluster_queue, requests)
+    by_key = {(q.flavor, q.resource): q for q in quotas}
+    active = _condition(cluster_queue, "Active")
+    if active is not None and active.get("status") != "True":
+        return (
+            False,
+            f"ClusterQueue {name} is not active: {active.get('reason')}: {active.get('message')}",
+            quotas,
+        )
+    cohort = str(_m(cluster_queue.get("spec")).get("cohortName") or "")
+    borrowing = f" (not counting what it may borrow in cohort {cohort})" if cohort else ""
+    if not requests:
+        return True, "the job requests no resources", quotas
+    uncovered = [r for r in requests if not any(r in g.covered for g in groups)]
+    if uncovered:
+        return (
+            False,
+            f"ClusterQueue {name} has no quota for {', '.join(uncovered)}: Kueue cannot admit the job",
+            quotas,
+        )
+    chosen: list[str] = []
+    for group in groups:
+        wanted = {r: a for r, a in requests.items() if r in group.covered}
+        if not wanted:
+            continue
+        fitting = next(
+            (
+                f
+                for f in group.flavors
+                if all((q := by_key.get((f, r))) is not None and q.free >= a for r, a in wanted.items())
+            ),
+            None,
+        )
+        if fitting is not None:
+            chosen.append(fitting)
+            continue
+        never = all(
+            any((q := by_key.get((f, r))) is None or q.quota < a for r, a in wanted.items())
+            for f in group.flavors
+        )
+        short = "; ".join(
+            f"{r}: {format_quantity(a)} requested, {format_quantity(q.free)} of "
+            f"{format_quantity(q.quota)} free in flavor {f}"
+            for f in group.flavors
+            for r, a in wanted.items()
+            if (q := by_key.get((f, r))) is not None and q.free < a
+        )
+        if never:
+            return (
+                False,
+                f"the job asks more than ClusterQueue {name}'s quota{borrowing}, so it can never be admitted "
+                f"there: {short}",
+                quotas,
+            )
+        return False, f"waits for quota in ClusterQueue {name}{borrowing}: {short}", quotas
+    return True, f"fits ClusterQueue {name}'s free quota now (flavor {', '.join(chosen)})", quotas
+
+
+# --- the plan's queue section ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueuePlan:
+    local_queue: str | None
+    source: QueueSource | None
+    cluster_queue: str | None
+    priority_class: str | None
+    priority: int | None  # the WorkloadPriorityClass's value
+    requests: dict[str, Decimal] = field(default_factory=dict)
+    quotas: tuple[ResourceQuota, ...] = ()
+    fits_now: bool | None = None  # None: not known (no queue, or nothing read)
+    fit_message: str = ""
+    pending_workloads: int | None = None  # the ClusterQueue's status.pendingWorkloads
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "local_queue": self.local_queue,
+            "source": self.source,
+            "cluster_queue": self.cluster_queue,
+            "priority_class": self.priority_class,
+            "priority": self.priority,
+            "requests": {k: format_quantity(v) for k, v in self.requests.items()},
+            "quota": [q.to_dict() for q in self.quotas],
+            "fits_now": self.fits_now,
+            "fit_message": self.fit_message,
+            "pending_workloads": self.pending_workloads,
+        }
+
+
+def queue_plan(
+    *, spec: JobSpec, runtime: Mapping[str, Any] | None, kueue: KueueInputs
+) -> tuple[QueuePlan | None, list[Reason], list[str]]:
+    """The plan's queue section, its refusal reasons and its warnings; (None, [], []) without Kueue."""
+    choice = kueue.choice
+    if not choice.uses_kueue:
+        return None, [], []
+    if not kueue.read:
+        unread = QueuePlan(choice.queue, choice.source, None, choice.priority_class, None)
+        return unread, [], []
+    reasons: list[Reason] = []
+    warnings: list[str] = []
+    ns = spec.namespace
+    where = (
+        "the job's queue_name" if choice.source == "job" else "the namespace's default queue, a site setting"
+    )
+    if choice.queue and not kueue.installed:
+        reasons.append(
+            Reason(
+                QUEUE_NOT_FOUND,
+                "Kueue is not installed in the cluster (the API server does not serve "
+                f"kueue.x-k8s.io/v1beta2), so LocalQueue {choice.queue} ({where}) cannot queue the job",
+                "queue_name",
+            )
+        )
+    elif choice.queue and kueue.local_queue is None:
+        reasons.append(
+            Reason(
+                QUEUE_NOT_FOUND,
+                f"LocalQueue {choice.queue} does not exist in namespace {ns} ({where})",
+                "queue_name",
+            )
+        )
+
+    priority: int | None = None
+    if choice.priority_class:
+        klass = choice.priority_class
+        allowed = kueue.allowed_classes
+        if klass not in allowed:
+            listed = (
+                f"the allowed ones are {', '.join(allowed)}"
+                if allowed
+                else "none is allowed there; the platform team allows them in the site settings"
+            )
+            reasons.append(
+                Reason(
+                    PRIORITY_CLASS_NOT_ALLOWED,
+                    f"priority class {klass} is not allowed in namespace {ns}: {listed}",
+                    "priority_class",
+                )
+            )
+        elif not choice.queue:
+            reasons.append(
+                Reason(
+                    PRIORITY_CLASS_NOT_ALLOWED,
+                    f"priority class {klass} needs a Kueue queue: the job names no queue_name and namespace "
+                    f"{ns} has no default queue",
+                    "priority_class",
+                )
+            )
+        elif kueue.installed and kueue.priority_class is None:
+            reasons.append(
+                Reason(
+                    PRIORITY_CLASS_NOT_ALLOWED,
+                    f"priority class {klass} is allowed in namespace {ns}, but no WorkloadPriorityClass "
+                    f"{klass} exists in the cluster",
+                    "priority_class",
+                )
+            )
+        elif kueue.priority_class is not None:
+            value = kueue.priority_class.get("value")
+            priority = value if type(value) is int else None
+
+    cluster_queue_name: str | None = None
+    requests = job_requests(spec, runtime) if runtime is not None else {}
+    quotas: list[ResourceQuota] = []
+    fits: bool | None = None
+    message = ""
+    pending: int | None = None
+    if kueue.local_queue is not None:
+        cluster_queue_name = str(_m(kueue.local_queue.get("spec")).get("clusterQueue") or "") or None
+        stop = str(_m(kueue.local_queue.get("spec")).get("stopPolicy") or "None")
+        if stop != "None":
+            warnings.append(
+                f"LocalQueue {ns}/{choice.queue} is stopped (stopPolicy {stop}): nothing is admitted"
+            )
+        if kueue.cluster_queue is None:
+            fits = False
+            message = f"ClusterQueue {cluster_queue_name} of LocalQueue {ns}/{choice.queue} does not exist"
+            warnings.append(f"{message}: Kueue keeps the job pending until it does")
+        else:
+            fits, message, quotas = fits_now(kueue.cluster_queue, requests)
+            count = _m(kueue.cluster_queue.get("status")).get("pendingWorkloads")
+            pending = count if type(count) is int else None
+            if runtime is None:
+                fits, message = None, "unknown: the runtime does not exist"
+    return (
+        QueuePlan(
+            local_queue=choice.queue,
+            source=choice.source,
+            cluster_queue=cluster_queue_name,
+            priority_class=choice.priority_class,
+            priority=priority,
+            requests=requests,
+            quotas=tuple(quotas),
+            fits_now=fits,
+            fit_message=message,
+            pending_workloads=pending,
+        ),
+        reasons,
+        warnings,
+    )
