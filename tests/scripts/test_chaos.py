@@ -7,6 +7,7 @@ and a stranger makes pods carrying a job's labels. The run's figures must all be
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import socket
@@ -193,7 +194,14 @@ def test_a_paused_proxy_refuses_connections_and_resumes_on_its_port() -> None:
     README's earlier chaos figures came from) kept accepting and forwarding every new connection during its
     "outage"; the run's fault check (verified: refused False) showed it."""
     upstream = socket.create_server(("127.0.0.1", 0))
-    threading.Thread(target=lambda: [upstream.accept() for _ in range(10)], daemon=True).start()
+    held = []
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(upstream.accept()[0])
+
+    threading.Thread(target=serve, daemon=True).start()
     proxy = chaos.Proxy(upstream.getsockname())
     proxy.start()
     port = proxy.port
@@ -205,7 +213,21 @@ def test_a_paused_proxy_refuses_connections_and_resumes_on_its_port() -> None:
     assert proxy.port == port
     assert not proxy.refuses()[0]
     proxy.pause()
+
+    class ClosesOnly(chaos.Proxy):  # the first version's pause()
+        def pause(self) -> None:
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
+
+    old = ClosesOnly(upstream.getsockname())
+    old.start()
+    old.pause()
+    assert old.refuses() == (False, "a connection was accepted")  # no outage at all
+    upstream.shutdown(socket.SHUT_RDWR)
     upstream.close()
+    for conn in held:
+        conn.close()
 
 
 # ---------------------------------------------------------------- the short run
