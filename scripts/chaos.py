@@ -175,27 +175,31 @@ def make_plan(*, seed: int, jobs: int, short: bool, kueue: bool) -> RunPlan:
         faults.append(FaultPlan(rng.uniform(3, window * 0.4), "kueue-wave", rng.randrange(1 << 30)))
     faults = sorted((FaultPlan(round(f.at, 2), f.fault, f.pick) for f in faults), key=lambda f: f.at)
 
-    # The jobs the targeted faults need, then the rest.
-    dedicated: list[tuple[float, int | None]] = []  # (submit at, index of the fault it serves)
+    # The jobs the targeted faults need, then the rest. The node loss gets jobs that run until cancelled, the
+    # cancel well after the lost node's pods are gone: KWOK goes on playing the pods of a deleted Node until
+    # PodGC removes them (40-60 s), so a pod with an end of its own may simply finish there.
+    dedicated: list[tuple[str, float, int]] = []  # (kind, submit at, index of the fault it serves)
     for number, f in enumerate(faults):
         if f.fault in ("eviction", "foreign-pods"):
-            dedicated.append((max(0.0, f.at - 4), number))
+            dedicated.append((LONG, max(0.0, f.at - 4), number))
         elif f.fault == "node-loss":
-            dedicated += [(max(0.0, f.at - lead), number) for lead in (9, 7, 5)]
+            dedicated += [(UNTIL_CANCELLED, max(0.0, f.at - lead), number) for lead in (9, 7, 5)]
     dedicated = dedicated[:jobs]
     kinds = list(KIND_WEIGHTS)
     rest = rng.choices(kinds, weights=[KIND_WEIGHTS[k] for k in kinds], k=jobs - len(dedicated))
     if short:  # every kind at least once, whatever the seed
         for i, kind in enumerate(kinds[: len(rest)]):
             rest[i] = kind
-    planned: list[tuple[str, float, int | None]] = [(LONG, at, n) for at, n in dedicated]
+    planned: list[tuple[str, float, int | None]] = [(kind, at, n) for kind, at, n in dedicated]
     planned += [(kind, rng.uniform(0, submit_phase), None) for kind in rest]
     rng.shuffle(planned)
     plan = []
     for i, (kind, at, serves) in enumerate(planned):
         policy = rng.choice(sorted(POLICIES))
         cancel_after: float | None = None
-        if kind == UNTIL_CANCELLED:
+        if kind == UNTIL_CANCELLED and serves is not None:  # the node loss's: cancelled after its effect
+            cancel_after = faults[serves].at - at + (90.0 if short else 120.0)
+        elif kind == UNTIL_CANCELLED:
             cancel_after = rng.uniform(5.0, 25.0)
         elif kind in (SUCCEEDS, APP_ERROR) and rng.random() < 0.1:
             cancel_after = rng.uniform(0.0, 10.0)
@@ -268,6 +272,9 @@ def retried(policy: Mapping[str, Any], earlier: Sequence[str], cause: str) -> bo
     return True
 
 
+SEEN_WITHIN: Final = 20.0  # seconds dispatch may take to notice a disruption and start A+1 (a cycle is 5 s)
+
+
 def expected_outcomes(
     *,
     kind: str,
@@ -275,16 +282,19 @@ def expected_outcomes(
     policy: Mapping[str, Any],
     hits: Iterable[Hit],
     cancel: str | None,
+    cancel_at: float | None = None,
 ) -> list[dict[str, Any]]:
     """What the job's plan meant, as alternatives (any one matching is a match). Pure.
 
     `cancel`: None (no cancel), "accepted" (202), "refused" (409: the job had already ended), "unknown" (no
-    answer we could read: the cancel may or may not have landed)."""
-    cancelled = {"state": "cancelled", "cause": "cancelled", "pods": "none", "why": "its cancel was accepted"}
-    if cancel == "accepted":
-        return [cancelled]
+    answer we could read: the cancel may or may not have landed). A hit's `at` is when the disruption took
+    effect (the pod gone). A cancel accepted at `cancel_at` ends the job `cancelled`; the hits that took
+    effect SEEN_WITHIN before it must show on their attempts, and one the policy does not retry should have
+    ended the job first (then the cancel should have been refused)."""
     first_per_attempt: dict[int, Hit] = {}
     for hit in sorted(hits, key=lambda h: (h.attempt, h.at)):
+        if cancel == "accepted" and (cancel_at is None or hit.at + SEEN_WITHIN > cancel_at):
+            continue  # the cancel may have come first
         first_per_attempt.setdefault(hit.attempt, hit)
     attempt_causes: dict[int, str] = {}
     earlier: list[str] = []
@@ -304,8 +314,16 @@ def expected_outcomes(
             break
         earlier.append(hit.cause)
         attempt += 1
+    why = f"{len(earlier)} disruption(s) retried by the policy; then " if earlier else ""
+    cancelled = {
+        "state": "cancelled",
+        "cause": "cancelled",
+        "pods": "none",
+        "why": why + "its cancel was accepted",
+    }
+    if outcome is None and cancel == "accepted":
+        outcome = dict(cancelled)
     if outcome is None:
-        why = f"{len(earlier)} disruption(s) retried by the policy; then " if earlier else ""
         if kind in (SUCCEEDS, LONG, KUEUE_LOW, KUEUE_HIGH):
             outcome = {"state": "succeeded", "cause": "", "why": why + "it runs to its end"}
         elif kind == APP_ERROR:
@@ -321,7 +339,7 @@ def expected_outcomes(
     outcome |= {"attempts": attempt, "attempt_causes": attempt_causes}
     alternatives = [outcome]
     if cancel == "unknown":
-        alternatives.append(cancelled)
+        alternatives.append(cancelled | {"attempts": attempt, "attempt_causes": attempt_causes})
     return alternatives
 
 
@@ -1438,26 +1456,41 @@ def main(argv: list[str] | None = None) -> int:
                         node_gone = True
                         break
                 time.sleep(0.5)
+            # PodGC removes the pods of a Node that no longer exists (after a 40 s quarantine). KWOK plays
+            # them on meanwhile, so one may finish on its own first: a hit is a pod still unfinished when it
+            # went (or failed by PodGC itself), and it takes effect when it is gone.
+            last = {p["uid"]: p for p in on_node}
+            gone_at: dict[str, float] = {}
+            for _ in range(300):
+                current = {q["metadata"]["uid"]: q for q in kube.pods(namespace, node=lost_node)}
+                for uid in list(last):
+                    if uid in gone_at:
+                        continue
+                    if uid in current:
+                        pod = current[uid]
+                        conditions = (pod.get("status") or {}).get("conditions") or []
+                        target: dict[str, Any] = next(
+                            (c for c in conditions if c.get("type") == "DisruptionTarget"), {}
+                        )
+                        last[uid] = {**pod_identity(pod), "disruption": target.get("reason")}
+                    else:
+                        gone_at[uid] = run.t()
+                if len(gone_at) == len(last):
+                    break
+                time.sleep(1)
+            left = [p for uid, p in last.items() if uid not in gone_at]
             hits = []
-            for p in on_node:
+            for uid, p in last.items():
                 job = run.job_by_id(p["job"] or "")
-                if job is None or job["kind"] == APP_ERROR:
-                    continue  # its failing rank exits 3 after 2 s: it failed before the node went
-                finite = job["kind"] in (SUCCEEDS, LONG, KUEUE_LOW, KUEUE_HIGH)
-                if finite and float(job["plan"]["duration"]) - _age_seconds(p["start"]) < 1.0:
-                    continue  # it may have completed before the node went
+                if job is None or job["kind"] == APP_ERROR or uid not in gone_at:
+                    continue  # an app-error job's failing rank exits 3 after 2 s, before the node went
+                unfinished = p["phase"] in ("Pending", "Running") or p.get("disruption") == "DeletionByPodGC"
+                if not unfinished:
+                    continue
                 hits.append(p)
                 run.hit(
-                    p["job"], Hit("node-loss", "node-lost", int(p["attempt"] or 0), deleted_at, p["name"])
+                    p["job"], Hit("node-loss", "node-lost", int(p["attempt"] or 0), gone_at[uid], p["name"])
                 )
-            # PodGC removes the pods of a Node that no longer exists (after a 40 s quarantine).
-            left = list(on_node)
-            for _ in range(90):
-                current = {p["metadata"]["uid"] for p in kube.pods(namespace)}
-                left = [p for p in on_node if p["uid"] in current]
-                if not left:
-                    break
-                time.sleep(2)
             verified = node_gone and not left
             return {
                 "verified": verified,
@@ -1466,7 +1499,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"pods removed {not left} ({run.t() - deleted_at:.0f} s)",
                 "evidence": {
                     "node": lost_node,
-                    "pods": [{k: p[k] for k in ("name", "job", "attempt", "rank", "phase")} for p in on_node],
+                    "pods": [
+                        {k: p.get(k) for k in ("name", "job", "attempt", "rank", "phase", "disruption")}
+                        for p in last.values()
+                    ],
                     "hits": [p["name"] for p in hits],
                     "node_gone": node_gone,
                     "pods_left": [p["name"] for p in left],
@@ -1780,6 +1816,7 @@ def main(argv: list[str] | None = None) -> int:
                 policy=entry.get("policy") or POLICIES[entry["policy_name"]],
                 hits=run.hits.get(job_id, []),
                 cancel=entry.get("cancel"),
+                cancel_at=entry.get("cancel_at"),
             )
             left = [f"{p['name']} ({p['phase']})" for p in pods.get(job_id, [])]
             problems = judge_job(alternatives, seen[job_id], left)

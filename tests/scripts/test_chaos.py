@@ -48,10 +48,20 @@ def test_the_plan_is_the_seeds_and_every_targeted_fault_has_jobs_of_its_own() ->
         "label-domain",
         "foreign-pods",
     }
-    for name, count in (("eviction", 1), ("foreign-pods", 1), ("node-loss", 3)):
+    for name, count, kind in (
+        ("eviction", 1, chaos.LONG),
+        ("foreign-pods", 1, chaos.LONG),
+        ("node-loss", 3, chaos.UNTIL_CANCELLED),
+    ):
         targets = [one.jobs[i] for i in by_fault[name].targets]
         assert len(targets) == count
-        assert all(j.kind == chaos.LONG and j.serves == name and j.at < by_fault[name].at for j in targets)
+        assert all(j.kind == kind and j.serves == name and j.at < by_fault[name].at for j in targets)
+    # The node loss's jobs are cancelled well after the lost node's pods are gone (PodGC: 40-60 s).
+    assert all(
+        j.at + (j.cancel_after or 0) > by_fault["node-loss"].at + 80
+        for j in one.jobs
+        if j.serves == "node-loss"
+    )
     assert all(j.cancel_after is not None for j in one.jobs if j.kind == chaos.UNTIL_CANCELLED)
     full = chaos.make_plan(seed=1, jobs=200, short=False, kueue=True)
     assert len(full.jobs) == 200
