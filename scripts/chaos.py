@@ -958,7 +958,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--kueue-priority-field",
         default="priority_class",
-        help="the job body field naming a WorkloadPriorityClass",
+        help="the job body field naming a WorkloadPriorityClass; `labels` sets the raw label "
+        "kueue.x-k8s.io/priority-class through the job's labels instead",
     )
     parser.add_argument("--kubeconfig", default=str(REPO / "var" / "cluster" / "admin.kubeconfig"))
     parser.add_argument("--report", default=None, help="default var/chaos/<run>/report.json")
@@ -1619,9 +1620,15 @@ def main(argv: list[str] | None = None) -> int:
 
         def fault_kueue_wave(f: FaultPlan, at: float) -> dict[str, Any]:
             base = 10_000
+
+            def priority(wpc: str) -> dict[str, Any]:
+                if args.kueue_priority_field == "labels":  # the raw Kueue label, where the API allows it
+                    return {"labels": {"kueue.x-k8s.io/priority-class": wpc}}
+                return {args.kueue_priority_field: wpc}
+
             extra = lambda wpc: {  # noqa: E731
                 "queue_name": kueue_names["lq"],
-                args.kueue_priority_field: wpc,
+                **priority(wpc),
                 "resources_per_node": {
                     "requests": {"nvidia.com/gpu": "1"},
                     "limits": {"nvidia.com/gpu": "1"},
