@@ -41,6 +41,7 @@ identity observer's verdict (no rank ran twice, no in-place restart, except jobs
 identity warning) and whether its watch had gaps, faults not verified, requests without an answer within their
 timeout (timeouts, resets: counted, then retried, never hidden), 5xx answers other than a 503 naming the
 dependency, duplicate and orphaned TrainJobs, lost and stuck jobs, terminal jobs with pods still running,
+Celery workers that exited without being killed (a Redis restart can end one for good),
 deadlocks in the PostgreSQL log.
 
     scripts/chaos.py --jobs 200 --seed 1     # make chaos; var/chaos/<run>/report.json
@@ -660,6 +661,19 @@ class Stack:
     web_port: int
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     others: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    every_worker: list[tuple[int, subprocess.Popen[bytes]]] = field(default_factory=list)  # (index, process)
+    killed: set[int] = field(default_factory=set)  # pids this run SIGKILLed
+
+    def workers_that_exited(self) -> list[dict[str, Any]]:
+        """Workers that ended without this run killing them (a worker process should never exit)."""
+        ended = []
+        for index, process in self.every_worker:
+            if process.poll() is None or process.pid in self.killed:
+                continue
+            log_text = (self.run_dir / f"worker-{index}.log").read_text(errors="replace")
+            why = [line[:300] for line in log_text.splitlines() if "Unrecoverable error" in line]
+            ended.append({"worker": index, "pid": process.pid, "exit": process.returncode, "log": why[-3:]})
+        return ended
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         out = (self.run_dir / f"{name}.log").open("ab")
@@ -689,6 +703,7 @@ class Stack:
             self.workers[index] = process
         else:
             self.workers.append(process)
+        self.every_worker.append((index, process))
         return process
 
     def start(self, workers: int, pod_watch: bool) -> None:
@@ -1271,9 +1286,15 @@ def main(argv: list[str] | None = None) -> int:
 
         def fault_kill_worker(f: FaultPlan, at: float) -> dict[str, Any]:
             with kill_lock:  # one kill at a time: each restarted worker is tracked, none leaks
-                index = f.pick % len(stack.workers)
+                # The seed's worker, or the next one alive: a worker that died on its own is not killed again
+                # (workers_exited_on_their_own counts it) but is started again, as a supervisor would.
+                order = [(f.pick + n) % len(stack.workers) for n in range(len(stack.workers))]
+                for dead in [i for i in order if stack.workers[i].poll() is not None]:
+                    stack.start_worker(dead)
+                index = order[0]
                 victim = stack.workers[index]
                 alive_before = victim.poll() is None
+                stack.killed.add(victim.pid)
                 victim.send_signal(signal.SIGKILL)
                 code = victim.wait(30)
                 time.sleep(1)
@@ -1900,6 +1921,7 @@ def main(argv: list[str] | None = None) -> int:
             if seen[j].get("state") in TERMINAL
         }
         running_after_end = {j: v for j, v in running_after_end.items() if v}
+        workers_exited = stack.workers_that_exited()
 
         # -- the identity observer's verdict (allowed: jobs whose plan answer carried an identity warning)
         observer.stop()
@@ -1965,6 +1987,7 @@ def main(argv: list[str] | None = None) -> int:
             "lost_jobs": figure(len(lost), 0),
             "stuck_jobs": figure(len(stuck), 0),
             "terminal_jobs_with_running_pods": figure(len(running_after_end), 0),
+            "workers_exited_on_their_own": figure(len(workers_exited), 0),
             "deadlocks": figure(deadlocks, 0),
         }
         ok = all(f["ok"] for f in figures.values())
@@ -1996,6 +2019,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             "settle_seconds": round(settled, 1),
             "domains": run.domains,
+            "workers_exited": workers_exited,
             "postgres_pids": pg_pids,
             "redis_pids": redis_pids,
             "examples": {
