@@ -579,6 +579,7 @@ class Proxy:
         self._listener: socket.socket | None = None
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self.accept_thread: threading.Thread | None = None
 
     def start(self) -> None:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -587,7 +588,10 @@ class Proxy:
         listener.listen(128)
         self.port = listener.getsockname()[1]
         self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        self.accept_thread = threading.Thread(
+            target=self._accept, args=(listener,), name=f"proxy-accept-{self.port}", daemon=True
+        )
+        self.accept_thread.start()
 
     def _accept(self, listener: socket.socket) -> None:
         while True:

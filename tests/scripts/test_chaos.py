@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -198,6 +199,18 @@ def test_a_mismatch_names_what_was_expected_and_what_was_seen() -> None:
 # ---------------------------------------------------------------- the outage is real
 
 
+def _blocked_in_accept(proxy: chaos.Proxy) -> bool:
+    """Whether the proxy's accept thread is inside accept() (the kernel's wait channel for it), the state in
+    which a listener closed without shutdown() goes on listening. Waits up to 5 s for it."""
+    assert proxy.accept_thread is not None
+    wchan = Path(f"/proc/self/task/{proxy.accept_thread.native_id}/wchan")
+    for _ in range(500):
+        if wchan.read_text() == "inet_csk_accept":
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def test_a_paused_proxy_refuses_connections_and_resumes_on_its_port() -> None:
     """The proxy in front of the API server must really refuse while paused. Closing the listener alone does
     not do it on Linux while the accept thread is blocked on it: the first version of this proxy (the one the
@@ -216,6 +229,7 @@ def test_a_paused_proxy_refuses_connections_and_resumes_on_its_port() -> None:
     proxy.start()
     port = proxy.port
     assert proxy.refuses() == (False, "a connection was accepted")
+    assert _blocked_in_accept(proxy), "the accept thread never blocked in accept()"
     proxy.pause()
     refused, error = proxy.refuses()
     assert refused, error
@@ -232,6 +246,7 @@ def test_a_paused_proxy_refuses_connections_and_resumes_on_its_port() -> None:
 
     old = ClosesOnly(upstream.getsockname())
     old.start()
+    assert _blocked_in_accept(old), "the accept thread never blocked in accept()"
     old.pause()
     assert old.refuses() == (False, "a connection was accepted")  # no outage at all
     upstream.shutdown(socket.SHUT_RDWR)
