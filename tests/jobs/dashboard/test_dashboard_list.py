@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -101,6 +102,7 @@ def _many_jobs(owners: list[Any], count: int = 20_000) -> None:
             [count, template.id],
         )
         cursor.execute("ANALYZE jobs_job")
+        cursor.execute("ANALYZE auth_user")
 
 
 def _first_page_plans(users: dict[str, Any]) -> dict[str, str]:
@@ -121,7 +123,8 @@ def _users(oncall_user: Any, plain_user: Any) -> dict[str, Any]:
 def test_the_first_pages_read_the_list_indexes_of_0004(oncall_user: Any, plain_user: Any) -> None:
     plans = _first_page_plans(_users(oncall_user, plain_user))
     for name, _, _, index in FIRST_PAGES:
-        assert f"Index Scan using {index} " in plans[name], f"{name}: {plans[name]}"
+        # An Index Scan, or a Bitmap Index Scan when the planner also ANDs in another index (seen in CI).
+        assert re.search(rf"Index Scan (using|on) {index} ", plans[name]), f"{name}: {plans[name]}"
 
 
 def test_without_0004_the_planner_reads_other_indexes(oncall_user: Any, plain_user: Any) -> None:
