@@ -3,7 +3,7 @@ one order every writer uses (job, then execution), with a lease that a dead hold
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -11,6 +11,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from jobs.models import Execution, Job, JobEvent, JobState
+from jobs.submission.errors import ClaimLost
 
 
 def job_event(job: Job, kind: str, message: str, attempt: int | None = None, **details: Any) -> None:
@@ -57,10 +58,12 @@ def is_startable(job: Job, execution: Execution) -> bool:
     return job.state == JobState.PENDING
 
 
-def execution_claim(execution_id: int, holder: str) -> tuple[Job, Execution] | None:
-    """Take the execution for this delivery chain before any cluster work, or None: it is no longer pending
-    (a duplicate delivery, a cancel) or another chain holds it. A chain's next delivery (same holder)
-    takes it again; a dead holder's lease runs out."""
+def execution_claim(execution_id: int, holder: str) -> tuple[Job, Execution, int] | None:
+    """Take the execution for this delivery chain before any cluster work: (job, execution, fencing token),
+    or None: it is no longer pending (a duplicate delivery, a cancel) or another chain holds it. A chain's
+    next delivery (same holder) takes it again; a dead holder's lease runs out. Every claim increments the
+    execution's claim generation: the token this delivery shows at every create (claim_fence), so a delivery
+    that lost its claim (its lease ran out and another took over, or a cancel) creates nothing."""
     now = timezone.now()
     with transaction.atomic():
         locked = locked_job_and_execution(execution_id)
@@ -68,18 +71,43 @@ def execution_claim(execution_id: int, holder: str) -> tuple[Job, Execution] | N
             return None
         job, execution = locked
         if not is_startable(job, execution):
+            if execution.claim_holder == holder:
+                # This chain's claim on an execution that moved on (cancelled, refused): release it, so the
+                # delete knows no start of this chain can still create anything.
+                Execution.objects.filter(pk=execution.pk, claim_holder=holder).update(
+                    claim_holder="", claim_until=None
+                )
             return None
         lease_free = (
             execution.claim_until is None or execution.claim_until < now or execution.claim_holder == holder
         )
         if not lease_free:
             return None
+        token = execution.claim_generation + 1
         Execution.objects.filter(pk=execution.pk).update(
             claim_holder=holder,
             claim_until=now + timedelta(seconds=SUBMIT_LEASE_SECONDS),
+            claim_generation=token,
             submit_tries=F("submit_tries") + 1,
         )
-    return job, execution
+        execution.claim_holder, execution.claim_generation = holder, token
+    return job, execution, token
+
+
+def holds_claim(execution: Execution, holder: str, token: int) -> bool:
+    return execution.claim_holder == holder and execution.claim_generation == token
+
+
+def claim_fence(execution_id: int, holder: str, token: int) -> None:
+    """Right before a create: is this delivery's claim still the execution's? One compare-and-set statement
+    checks the holder, the fencing token and that the execution still waits to be started, and renews the
+    lease; ClaimLost when any of them changed (another delivery took over, a cancel, a newer attempt)."""
+    now = timezone.now()
+    renewed = Execution.objects.filter(
+        pk=execution_id, claim_holder=holder, claim_generation=token, state=JobState.PENDING
+    ).update(claim_until=now + timedelta(seconds=SUBMIT_LEASE_SECONDS))
+    if renewed != 1:
+        raise ClaimLost(f"execution {execution_id}: the claim of {holder} (generation {token}) was lost")
 
 
 def claim_hold(execution_id: int, holder: str, seconds: float) -> None:
@@ -87,3 +115,12 @@ def claim_hold(execution_id: int, holder: str, seconds: float) -> None:
     Execution.objects.filter(pk=execution_id, claim_holder=holder, state=JobState.PENDING).update(
         claim_until=timezone.now() + timedelta(seconds=seconds + SUBMIT_LEASE_SECONDS)
     )
+
+
+def start_may_still_create(execution: Execution, now: datetime | None = None) -> bool:
+    """Could a start delivery still create this execution's objects? While a delivery holds the claim and
+    its lease runs: every create is preceded by claim_fence, which renews the lease, so a create that passed
+    its fence lands (or fails) long before the lease it renewed runs out, and the holder releases the claim
+    when it is done. A delete records the objects removed only once this is False."""
+    now = now or timezone.now()
+    return bool(execution.claim_holder) and execution.claim_until is not None and execution.claim_until > now
