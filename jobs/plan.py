@@ -18,7 +18,7 @@ from typing import Any, Final, Literal
 from dispatch_site.names import MANAGED_BY, MANAGED_BY_LABEL
 from jobs.naming import KUEUE_QUEUE_LABEL, POD_NAME_LIMIT, pod_names, runtime_copy_name, trainjob_name
 from jobs.spec import CLUSTER_TRAINING_RUNTIME, JobSpec
-from runtimes.reasons import PUBLISH_INIT_CONTAINER, AllowListMiss, Capability, Reason, SiteRules
+from runtimes.reasons import PUBLISH_INIT_CONTAINER, AllowListMiss, Capability, Reason, Review, SiteRules
 from runtimes.rules import check_runtime, find_trainer_job
 
 API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
@@ -421,6 +421,7 @@ def build_plan(
     rules: SiteRules,
     allow_listed: bool | AllowListMiss | None,
     namespace_granted: bool,
+    review: Review | None = None,
     job_id: str,
     attempt: int,
     label_domain: str,
@@ -430,7 +431,9 @@ def build_plan(
     is not a release version (a site misconfiguration)."""
     parse_trainer_version(trainer_version)  # fail on bad configuration even when no MPI runtime needs it
     tj_name = trainjob_name(job_id, attempt)
-    verdict = check_runtime(runtime, rules=rules, allow_listed=allow_listed, ref=_source_ref(spec))
+    verdict = check_runtime(
+        runtime, rules=rules, allow_listed=allow_listed, ref=_source_ref(spec), review=review
+    )
     extra, longest = start_reasons(
         spec=spec, runtime=runtime, namespace_granted=namespace_granted, train_job_name=tj_name
     )

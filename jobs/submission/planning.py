@@ -66,6 +66,9 @@ def job_plan(
         runtime=runtime.body if runtime else None,
         rules=site_rules(site),
         allow_listed=allowed,
+        # The runtime's content must be what the platform reviewed; a retry runs on the stored runtime of
+        # attempt 1, judged against the review when attempt 1 started.
+        review=entry.as_review() if entry is not None and stored_runtime is None else None,
         namespace_granted=namespace_granted,
         job_id=job_id or new_job_id(),
         attempt=attempt,
