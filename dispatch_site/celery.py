@@ -16,7 +16,7 @@ DATABASE_RETRIES = 10
 DATABASE_RETRY_MAX_SECONDS = 30
 
 
-class DispatchTask(Task):  # type: ignore[misc]  # celery's Task is untyped
+class DispatchTask(Task):
     """Every task of dispatch: a database error (SQLite busy past its timeout, a PostgreSQL restart or
     failover, a dropped connection) is transient. The task is retried within seconds, with backoff, and never
     left to the stale sweep. Each task reloads its rows and acts by compare-and-set, so a retry after a

@@ -106,9 +106,9 @@ def _parse_proxy_ssl_header(raw: str) -> tuple[str, str] | None:
 # The embedded default serves the web workers, the Celery worker's threads, beat and the supervisor at once.
 # SQLite allows one writer at a time; "database is locked" came from a transaction that began as a reader and
 # then had to become the writer while another held the lock (SQLite fails that at once, whatever the busy
-# timeout). So: every transaction takes the write lock when it begins (IMMEDIATE, Django 5.1+), and waits for
-# it up to the busy timeout; WAL lets readers go on while one writes; synchronous=NORMAL is durable in WAL mode
-# except for the last transactions on a power loss (not a process crash), fine for the development default.
+# timeout). So: every transaction takes the write lock when it begins (IMMEDIATE, Django 5.1+), and waits
+# for it up to the busy timeout; WAL lets readers go on while one writes; synchronous=NORMAL is durable in
+# WAL mode except for the last transactions on a power loss (not a process crash): fine for the default.
 SQLITE_BUSY_TIMEOUT_SECONDS = 30
 SQLITE_OPTIONS: dict[str, Any] = {
     "timeout": SQLITE_BUSY_TIMEOUT_SECONDS,

@@ -12,7 +12,6 @@ adopted and never deleted.
 
 from __future__ import annotations
 
-import copy as copying
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -70,13 +69,13 @@ def body_hash(body: Mapping[str, Any], label_domain: str) -> str:
 
 
 def stamped(body: Mapping[str, Any], label_domain: str) -> dict[str, Any]:
-    """The body dispatch creates: `body` with the annotation holding its hash."""
-    out = copying.deepcopy(dict(body))
-    meta = out.setdefault("metadata", {})
-    annotations = dict(meta.get("annotations") or {})
-    annotations.pop(body_hash_key(label_domain), None)
-    meta["annotations"] = annotations
-    annotations[body_hash_key(label_domain)] = body_hash(out, label_domain)
+    """The body dispatch creates: `body` with the annotation holding its hash (`body` is not changed; the
+    copy shares everything but its metadata and annotations)."""
+    key = body_hash_key(label_domain)
+    meta = dict(body.get("metadata") or {})
+    meta["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items() if k != key}
+    out = {**body, "metadata": meta}
+    meta["annotations"][key] = body_hash(out, label_domain)
     return out
 
 

@@ -93,13 +93,16 @@ class Plan:
     def codes(self) -> tuple[str, ...]:
         return tuple(r.code for r in self.reasons)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, copy_objects: bool = True) -> dict[str, Any]:
+        """As plain data. copy_objects=False shares the object bodies: only for a caller that stores or
+        serialises the dict at once and never edits it (start, recording the plan)."""
         objects = None
         if self.training_runtime is not None and self.train_job is not None:
             # Copies: the plan is frozen, and a caller editing the dict must not change it.
+            clone = copy.deepcopy if copy_objects else (lambda value: value)
             objects = {
-                "training_runtime": copy.deepcopy(self.training_runtime),
-                "train_job": copy.deepcopy(self.train_job),
+                "training_runtime": clone(self.training_runtime),
+                "train_job": clone(self.train_job),
             }
         return {
             "refused": self.refused,

@@ -63,6 +63,12 @@ def server_bench() -> list[dict[str, Any]]:
         "LOG_LEVEL": "WARNING",
         # One bench user sends hundreds of requests a second: the per-user API throttle would cap it.
         "THROTTLE_API_USER": "off",
+        # As in production: DEBUG off (Django then keeps no per-query log); plain HTTP on 127.0.0.1.
+        "DEBUG": "false",
+        "SECRET_KEY": "bench-only-not-a-secret-0123456789-abcdefghijklmnopqrstuvwxyz",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "SECURE_SSL_REDIRECT": "false",
+        "SECURE_HSTS_SECONDS": "0",
     }
     token = setup_django(env)
     port = free_port()

@@ -25,6 +25,7 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
 GUNICORN_THREADS = int(os.environ.get("BENCH_THREADS", "1"))
 BENCH_REDIS_DB = 2  # the bench's own Redis database, flushed afterwards
 BENCH_NAMESPACE = "bench"
+BENCH_STARTS_NAMESPACE = "bench-starts"  # scripts/bench_starts.py: where the worker starts the bench's jobs
 
 
 def log(message: str) -> None:
@@ -68,10 +69,14 @@ def setup_django(env: dict[str, str]) -> str:
 
     from dispatch_site import roles
     from dispatch_site.services import user_create
+    from jobs.models import Job
     from runtimes.models import AllowListEntry
 
+    Job.objects.filter(owner__username="bench").delete()  # left by a bench run that was interrupted
     User.objects.filter(username="bench").delete()
-    _, token = user_create(username="bench", role=roles.USER, namespaces=[BENCH_NAMESPACE])
+    _, token = user_create(
+        username="bench", role=roles.USER, namespaces=[BENCH_NAMESPACE, BENCH_STARTS_NAMESPACE]
+    )
     AllowListEntry.objects.get_or_create(kind="ClusterTrainingRuntime", namespace="", name="dispatch-kind")
     return token
 

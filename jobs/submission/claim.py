@@ -6,8 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from jobs.models import Execution, Job, JobEvent, JobState
@@ -18,12 +17,16 @@ def job_event(job: Job, kind: str, message: str, attempt: int | None = None, **d
     JobEvent.objects.create(job=job, kind=kind, message=message, attempt=attempt, details=details)
 
 
-def job_transition(job: Job, old: set[str] | frozenset[str], new: str, **fields: Any) -> bool:
-    """Compare-and-set the job's state; False when another worker or request changed it first."""
+def job_transition(
+    job: Job, old: set[str] | frozenset[str], new: str, *, where: Q | None = None, **fields: Any
+) -> bool:
+    """Compare-and-set the job's state (and `where`, when given); False when another worker or request changed
+    it first."""
     now = timezone.now()
-    updated = Job.objects.filter(pk=job.pk, state__in=old).update(
-        state=new, state_changed_at=now, updated_at=now, **fields
-    )
+    jobs = Job.objects.filter(pk=job.pk, state__in=old)
+    if where is not None:
+        jobs = jobs.filter(where)
+    updated = jobs.update(state=new, state_changed_at=now, updated_at=now, **fields)
     return updated == 1
 
 
@@ -37,13 +40,33 @@ SUBMIT_LEASE_SECONDS = 120
 STARTABLE = frozenset({JobState.PENDING, JobState.UNKNOWN})
 
 
-def locked_job_and_execution(execution_id: int) -> tuple[Job, Execution] | None:
-    """The execution and its job, row-locked in the one order every writer uses: job, then execution."""
-    job_id = Execution.objects.filter(pk=execution_id).values_list("job_id", flat=True).first()
+# The large JSON fields submission never reads under its locks (supervision's and the page's): left unread, as
+# decoding them (the plan holds both object bodies) cost more than the rest of a start's queries together.
+# runtime_snapshot is read on access, by a retry's start only.
+_JOB_UNREAD = ("plan", "runtime_snapshot", "reasons", "evidence", "identity_findings", "queued_reason")
+_EXECUTION_UNREAD = ("evidence", "ranks", "pods_seen", "identity_findings", "queued_reason")
+
+
+def locked_job_and_execution(execution_id: int, job_id: str | None = None) -> tuple[Job, Execution] | None:
+    """The execution and its job, row-locked in the one order every writer uses: job, then execution.
+    A caller that knows the job's id passes it (one query fewer)."""
     if job_id is None:
-        return None
-    job = Job.objects.select_for_update().select_related("owner").filter(pk=job_id).first()
-    execution = Execution.objects.select_for_update().filter(pk=execution_id).first()
+        job_id = Execution.objects.filter(pk=execution_id).values_list("job_id", flat=True).first()
+        if job_id is None:
+            return None
+    job = (
+        Job.objects.select_for_update(of=("self",))
+        .select_related("owner")
+        .defer(*_JOB_UNREAD)
+        .filter(pk=job_id)
+        .first()
+    )
+    execution = (
+        Execution.objects.select_for_update()
+        .defer(*_EXECUTION_UNREAD)
+        .filter(pk=execution_id, job_id=job_id)
+        .first()
+    )
     if job is None or execution is None:
         return None
     return job, execution
@@ -58,40 +81,53 @@ def is_startable(job: Job, execution: Execution) -> bool:
     return job.state == JobState.PENDING
 
 
+def _job_waits_for(execution_column: str = "attempt") -> Exists:
+    """The execution's job waits for it to be started: pending (or unknown, never having reached the
+    cluster), and the execution is its current attempt. A subquery on the job, not a join, so a
+    compare-and-set UPDATE on the execution keeps every condition on its own row in the statement's own WHERE
+    (PostgreSQL re-checks those on the row it locks; a join's would be read from the statement's snapshot)."""
+    return Exists(
+        Job.objects.filter(pk=OuterRef("job_id"), current_attempt__lte=OuterRef(execution_column)).filter(
+            Q(state=JobState.PENDING) | Q(state=JobState.UNKNOWN, last_known_state=JobState.PENDING)
+        )
+    )
+
+
 def execution_claim(execution_id: int, holder: str) -> tuple[Job, Execution, int] | None:
     """Take the execution for this delivery chain before any cluster work: (job, execution, fencing token),
     or None: it is no longer pending (a duplicate delivery, a cancel) or another chain holds it. A chain's
     next delivery (same holder) takes it again; a dead holder's lease runs out. Every claim increments the
     execution's claim generation: the token this delivery shows at every create (claim_fence), so a delivery
-    that lost its claim (its lease ran out and another took over, or a cancel) creates nothing."""
+    that lost its claim (its lease ran out and another took over, or a cancel) creates nothing.
+
+    One compare-and-set statement takes it (no row lock is held across statements), then one read loads the
+    execution with its job and owner."""
     now = timezone.now()
-    with transaction.atomic():
-        locked = locked_job_and_execution(execution_id)
-        if locked is None:
-            return None
-        job, execution = locked
-        if not is_startable(job, execution):
-            if execution.claim_holder == holder:
-                # This chain's claim on an execution that moved on (cancelled, refused): release it, so the
-                # delete knows no start of this chain can still create anything.
-                Execution.objects.filter(pk=execution.pk, claim_holder=holder).update(
-                    claim_holder="", claim_until=None
-                )
-            return None
-        lease_free = (
-            execution.claim_until is None or execution.claim_until < now or execution.claim_holder == holder
-        )
-        if not lease_free:
-            return None
-        token = execution.claim_generation + 1
-        Execution.objects.filter(pk=execution.pk).update(
-            claim_holder=holder,
-            claim_until=now + timedelta(seconds=SUBMIT_LEASE_SECONDS),
-            claim_generation=token,
-            submit_tries=F("submit_tries") + 1,
-        )
-        execution.claim_holder, execution.claim_generation = holder, token
-    return job, execution, token
+    lease_free = Q(claim_until__isnull=True) | Q(claim_until__lt=now) | Q(claim_holder=holder)
+    taken = Execution.objects.filter(
+        lease_free, _job_waits_for(), pk=execution_id, state=JobState.PENDING
+    ).update(
+        claim_holder=holder,
+        claim_until=now + timedelta(seconds=SUBMIT_LEASE_SECONDS),
+        claim_generation=F("claim_generation") + 1,
+        submit_tries=F("submit_tries") + 1,
+    )
+    if not taken:
+        # This chain's claim on an execution that moved on (cancelled, refused): release it, so the delete
+        # knows no start of this chain can still create anything. (Held by another chain: left alone.)
+        Execution.objects.filter(pk=execution_id, claim_holder=holder).exclude(
+            Q(state=JobState.PENDING) & _job_waits_for()
+        ).update(claim_holder="", claim_until=None)
+        return None
+    execution = (
+        Execution.objects.select_related("job", "job__owner")
+        .defer(*_EXECUTION_UNREAD, *(f"job__{field}" for field in _JOB_UNREAD))
+        .filter(pk=execution_id, claim_holder=holder)
+        .first()
+    )
+    if execution is None:
+        return None
+    return execution.job, execution, execution.claim_generation
 
 
 def holds_claim(execution: Execution, holder: str, token: int) -> bool:

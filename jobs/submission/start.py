@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from cluster import gateway
@@ -38,9 +39,11 @@ from jobs.submission.claim import (
 )
 from jobs.submission.errors import ClaimLost, TransientSubmitError
 from jobs.submission.planning import job_plan
-from runtimes.models import SiteSettings
+from runtimes.selectors import site_settings
 
 logger = logging.getLogger(__name__)
+
+START_SITE_SETTINGS_MAX_AGE = 1.0
 
 
 def execution_submit(*, execution_id: int, holder: str | None = None, retry_in: float = 0.0) -> None:
@@ -54,7 +57,9 @@ def execution_submit(*, execution_id: int, holder: str | None = None, retry_in: 
         return  # a duplicate delivery, cancelled meanwhile, or another delivery is starting it
     job, execution, token = claimed
     spec = JobSpec.from_dict(job.spec)
-    site = SiteSettings.load()
+    # The site's rules as read at most a second ago in this process (a start a second earlier would have used
+    # them too); the runtime and its allow-list entry are always read afresh.
+    site = site_settings(max_age=START_SITE_SETTINGS_MAX_AGE)
     # The domain stored with the job when it was submitted: a later change of the site's domain changes
     # nothing for it (its objects, a redelivery's adoption, a retry's labels).
     label_domain = job.label_domain
@@ -113,28 +118,35 @@ def execution_submit(*, execution_id: int, holder: str | None = None, retry_in: 
     now = timezone.now()
     # The job shows the identity warnings of the runtime that actually ran: the one judged just now.
     warnings = list(plan.identity_warnings)
-    moved = False
+    # Record the start: two compare-and-set statements in one transaction, in the one lock order (the job's
+    # row, then the execution's). The job moves only while it waits for this attempt; the execution only
+    # while this delivery's claim (holder and token) is its claim. Either failing: nothing is recorded.
     with transaction.atomic():
-        locked = locked_job_and_execution(execution.pk)
-        if locked is not None and is_startable(*locked) and holds_claim(locked[1], holder, token):
-            job = locked[0]
-            Execution.objects.filter(pk=execution.pk).update(
-                state=JobState.QUEUED, submitted_at=now, claim_holder="", claim_until=None
+        moved = job_transition(
+            job,
+            STARTABLE,
+            JobState.QUEUED,
+            # unknown: only when it never reached the cluster (last known state pending)
+            where=Q(current_attempt__lte=execution.attempt)
+            & (Q(state=JobState.PENDING) | Q(last_known_state=JobState.PENDING)),
+            current_attempt=execution.attempt,
+            plan=plan.to_dict(copy_objects=False),
+            runtime_snapshot=runtime.body if runtime else None,
+            identity_warnings=warnings,
+            last_known_state="",
+            unknown_since=None,
+            message=f"TrainJob {job.namespace}/{execution.trainjob_name} created",
+        )
+        if moved:
+            moved = (
+                Execution.objects.filter(
+                    pk=execution.pk, state=JobState.PENDING, claim_holder=holder, claim_generation=token
+                ).update(state=JobState.QUEUED, submitted_at=now, claim_holder="", claim_until=None)
+                == 1
             )
-            moved = job_transition(
-                job,
-                STARTABLE,
-                JobState.QUEUED,
-                current_attempt=execution.attempt,
-                plan=plan.to_dict(),
-                runtime_snapshot=runtime.body if runtime else None,
-                identity_warnings=warnings,
-                last_known_state="",
-                unknown_since=None,
-                message=f"TrainJob {job.namespace}/{execution.trainjob_name} created",
-            )
-            if not moved:  # impossible under the locks; never leave the execution ahead of its job
-                raise RuntimeError(f"job {job.id} changed under its row lock")
+            if not moved:
+                transaction.set_rollback(True)  # never leave the job ahead of its execution
+        if moved:
             if warnings != list(job.identity_warnings or []):
                 job_event(
                     job,
@@ -205,7 +217,7 @@ def _refuse_at_start(job: Job, execution: Execution, plan: Plan, holder: str, to
     reasons = [r.to_dict() for r in plan.reasons if not r.waived]
     now = timezone.now()
     with transaction.atomic():
-        locked = locked_job_and_execution(execution.pk)
+        locked = locked_job_and_execution(execution.pk, job.pk)
         if locked is None or not is_startable(*locked) or not holds_claim(locked[1], holder, token):
             return
         job = locked[0]
@@ -247,7 +259,7 @@ def _fail_config(job: Job, execution: Execution, exc: ClusterError, holder: str,
     message = f"{exc.target}: {exc.message}"
     now = timezone.now()
     with transaction.atomic():
-        locked = locked_job_and_execution(execution.pk)
+        locked = locked_job_and_execution(execution.pk, job.pk)
         if locked is None or not is_startable(*locked) or not holds_claim(locked[1], holder, token):
             return
         job = locked[0]

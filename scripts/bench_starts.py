@@ -1,0 +1,308 @@
+"""TrainJobs/s started by the worker pool, side by side with the same objects created straight through the
+Python kubernetes client at the same concurrency (issue 21: >= 50/s, dispatch / direct <= 1.5).
+
+dispatch: N jobs are accepted in one transaction (rows in PostgreSQL, N start messages in Redis when it
+commits) while a real Celery worker (threads pool, CONCURRENCY threads) waits; the clock runs from the commit
+until every execution is `queued` (its TrainJob created and recorded). Each start does what start always does:
+claim, read the runtime afresh and judge it, create the runtime copy and the TrainJob (each create fenced),
+make the TrainJob the copy's owner, record the start.
+direct: CONCURRENCY threads of one process, one kubernetes ApiClient (pool sized to the threads), create the
+same objects for N jobs: read the runtime, create the copy, create the TrainJob on it, patch the copy's
+ownerReference; the clock runs from the first request to the last answer.
+Both in their own namespace, emptied (and the cluster left to settle: no pod left) before every round;
+rounds interleaved (direct, dispatch, direct, dispatch, ...), the best of each kept.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from scripts.bench_common import BENCH_STARTS_NAMESPACE
+
+N = int(os.environ.get("BENCH_STARTS", "200"))
+CONCURRENCY = int(os.environ.get("BENCH_START_CONCURRENCY", "16"))
+ROUNDS = int(os.environ.get("BENCH_START_ROUNDS", "2"))
+GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
+DISPATCH_NAMESPACE = BENCH_STARTS_NAMESPACE
+DIRECT_NAMESPACE = "bench-direct"
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds the processes used so far (all their threads), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def _cluster_pids() -> list[int]:
+    """The local control plane's processes (scripts/cluster records them), when it is the local one."""
+    pids = Path(__file__).resolve().parent.parent / "var" / "cluster" / "pids"
+    return [int(p.read_text().strip()) for p in pids.glob("*.pid")] if pids.is_dir() else []
+
+
+def _log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def _apis(kubeconfig: str) -> tuple[Any, Any]:
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    configuration.connection_pool_maxsize = max(CONCURRENCY, 10)
+    api = client.ApiClient(configuration)
+    return client.CustomObjectsApi(api), client.CoreV1Api(api)
+
+
+def _empty(custom: Any, core: Any, namespace: str) -> None:
+    """Delete every TrainJob and runtime copy in the namespace, and wait until no pod is left."""
+    from kubernetes.client import V1DeleteOptions
+
+    for plural in ("trainjobs", "trainingruntimes"):
+        custom.delete_collection_namespaced_custom_object(
+            GROUP, VERSION, namespace, plural, body=V1DeleteOptions(propagation_policy="Background")
+        )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        left = sum(
+            len(custom.list_namespaced_custom_object(GROUP, VERSION, namespace, p)["items"])
+            for p in ("trainjobs", "trainingruntimes")
+        ) + len(core.list_namespaced_pod(namespace).items)
+        if left == 0:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"namespace {namespace} did not empty within 300 s")
+
+
+def _spec(namespace: str) -> Any:
+    from jobs.spec import JobSpec
+
+    return JobSpec.from_dict(
+        {
+            "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+            "namespace": namespace,
+            "image": "localhost/trainer:v1",
+            "num_nodes": 1,
+            "env": {"KWOK_STAY_RUNNING": "1"},
+        }
+    )
+
+
+def _direct(custom: Any, namespace: str) -> float:
+    """N jobs' objects through the kubernetes client: the seconds it took."""
+    from jobs.naming import new_job_id
+    from jobs.objects import stamped
+    from jobs.plan import build_train_job, build_training_runtime
+    from runtimes.reasons import SiteRules
+
+    spec = _spec(namespace)
+
+    def one(_: int) -> None:
+        job_id = new_job_id()
+        runtime = custom.get_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", "dispatch-kind")
+        copy = build_training_runtime(
+            spec=spec,
+            runtime=runtime,
+            rules=SiteRules(),
+            job_id=job_id,
+            attempt=1,
+            label_domain="dispatch.dev",
+        )
+        trainjob, _warnings = build_train_job(
+            spec=spec, job_id=job_id, attempt=1, label_domain="dispatch.dev"
+        )
+        made = custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, "trainingruntimes", stamped(copy, "dispatch.dev")
+        )
+        for wait in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 0):  # the Trainer's cache lag, as dispatch waits it out
+            try:
+                created = custom.create_namespaced_custom_object(
+                    GROUP, VERSION, namespace, "trainjobs", stamped(trainjob, "dispatch.dev")
+                )
+                break
+            except Exception as exc:  # the webhook's "must be created before" denial only
+                if "must be created before" not in str(getattr(exc, "body", "")) or not wait:
+                    raise
+                time.sleep(wait)
+        owner = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "TrainJob",
+            "name": created["metadata"]["name"],
+            "uid": created["metadata"]["uid"],
+            "blockOwnerDeletion": False,
+        }
+        custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            "trainingruntimes",
+            made["metadata"]["name"],
+            {"metadata": {"ownerReferences": [owner]}},
+        )
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(CONCURRENCY) as pool:
+        list(pool.map(one, range(N)))
+    return time.monotonic() - started
+
+
+def _worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "dispatch_site",
+        "worker",
+        "--pool",
+        "threads",
+        "--concurrency",
+        str(CONCURRENCY),
+        "--without-gossip",
+        "--without-mingle",
+        "--loglevel",
+        "WARNING",
+    ]
+    out = log.open("ab")
+    repo = Path(__file__).resolve().parent.parent
+    return subprocess.Popen(command, cwd=repo, env=os.environ | env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _wait_worker_ready() -> None:
+    from dispatch_site.celery import app
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if app.control.ping(timeout=0.5):
+            return
+    raise RuntimeError("the worker did not answer a ping within 60 s")
+
+
+def _dispatch(namespace: str) -> tuple[float, int]:
+    """N jobs accepted at once, started by the waiting worker: the seconds from the commit until all are
+    queued, and the API requests per start the worker made (0 when unknown)."""
+    from django.contrib.auth.models import User
+    from django.db import transaction
+
+    from jobs.models import Execution, JobState
+    from jobs.submission import submit
+
+    owner = User.objects.get(username="bench")
+    spec = _spec(namespace)
+    with transaction.atomic():
+        ids = [submit.job_submit(owner=owner, spec=spec).job.id for _ in range(N)]
+    started = time.monotonic()  # the N start messages were sent when the transaction committed
+    deadline = started + 600
+    while time.monotonic() < deadline:
+        done = Execution.objects.filter(job_id__in=ids, state=JobState.QUEUED).count()
+        if done == N:
+            return time.monotonic() - started, len(ids)
+        failed = Execution.objects.filter(job_id__in=ids).exclude(state__in=["pending", "queued"]).count()
+        if failed:
+            raise RuntimeError(f"{failed} executions neither pending nor queued")
+        time.sleep(0.02)
+    raise RuntimeError("the worker did not start every job within 600 s")
+
+
+def run(kubeconfig: str, env: dict[str, str], var: Path) -> dict[str, Any]:
+    from scripts.bench_sessions import _ensure_namespace
+
+    custom, core = _apis(kubeconfig)
+    for namespace in (DISPATCH_NAMESPACE, DIRECT_NAMESPACE):
+        _ensure_namespace(core, namespace)
+    log = var / "bench-worker.log"
+    worker = _worker(env | {"WORKER_CONCURRENCY": str(CONCURRENCY)}, log)
+    rows: list[dict[str, Any]] = []
+    try:
+        _wait_worker_ready()
+        cluster = _cluster_pids()
+        for round_number in range(1, ROUNDS + 1):
+            _empty(custom, core, DIRECT_NAMESPACE)
+            before = (_cpu_seconds([os.getpid()]), _cpu_seconds(cluster))
+            direct = _direct(custom, DIRECT_NAMESPACE)
+            direct_cpu = (_cpu_seconds([os.getpid()]) - before[0], _cpu_seconds(cluster) - before[1])
+            _log(f"round {round_number}: direct {N / direct:.1f} TrainJobs/s")
+            _empty(custom, core, DIRECT_NAMESPACE)
+            _empty(custom, core, DISPATCH_NAMESPACE)
+            before = (_cpu_seconds([worker.pid]), _cpu_seconds(cluster))
+            seconds, _count = _dispatch(DISPATCH_NAMESPACE)
+            dispatch_cpu = (_cpu_seconds([worker.pid]) - before[0], _cpu_seconds(cluster) - before[1])
+            _log(f"round {round_number}: dispatch {N / seconds:.1f} TrainJobs/s")
+            _empty(custom, core, DISPATCH_NAMESPACE)
+            rows.append(
+                {
+                    "round": round_number,
+                    "direct_rps": N / direct,
+                    "dispatch_rps": N / seconds,
+                    # CPU ms per TrainJob: the client's process (the bench, or the worker) and the cluster's.
+                    "direct_client_ms": 1000 * direct_cpu[0] / N,
+                    "direct_cluster_ms": 1000 * direct_cpu[1] / N,
+                    "dispatch_client_ms": 1000 * dispatch_cpu[0] / N,
+                    "dispatch_cluster_ms": 1000 * dispatch_cpu[1] / N,
+                }
+            )
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+        for namespace in (DISPATCH_NAMESPACE, DIRECT_NAMESPACE):
+            core.delete_namespace(namespace, propagation_policy="Background")
+    best_direct = max(r["direct_rps"] for r in rows)
+    best_dispatch = max(r["dispatch_rps"] for r in rows)
+    return {
+        "rows": rows,
+        "direct": best_direct,
+        "dispatch": best_dispatch,
+        "ratio": best_direct / best_dispatch,
+    }
+
+
+def report_lines(result: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"## Starts: TrainJobs/s, dispatch's worker and the kubernetes client (N={N}, "
+        f"{CONCURRENCY} threads each)",
+        "",
+        "The same objects for each job: read the runtime, create the copy, create the TrainJob, own the "
+        "copy. dispatch also claims, judges the runtime, fences each create and records the start "
+        "(PostgreSQL).",
+        "",
+        "CPU ms per TrainJob: of the client (the bench process, or dispatch's worker) and of the local "
+        "control plane's processes (API server, etcd, controllers, Trainer, JobSet, KWOK).",
+        "",
+        "| round | direct TrainJobs/s | dispatch TrainJobs/s | CPU ms direct: client / cluster "
+        "| CPU ms dispatch: worker / cluster |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['round']} | {r['direct_rps']:.1f} | {r['dispatch_rps']:.1f} | {r['direct_client_ms']:.1f} / "
+        f"{r['direct_cluster_ms']:.1f} | {r['dispatch_client_ms']:.1f} / {r['dispatch_cluster_ms']:.1f} |"
+        for r in result["rows"]
+    ]
+    met_rate = result["dispatch"] >= 50
+    met_ratio = result["ratio"] <= 1.5
+    lines += [
+        "",
+        "| measure | value | target | met |",
+        "|---|---|---|---|",
+        f"| dispatch TrainJobs/s (best round) | {result['dispatch']:.1f} | >= 50 | "
+        f"{'yes' if met_rate else 'NO'} |",
+        f"| dispatch / direct time (best rounds) | {result['ratio']:.2f} | <= 1.5 | "
+        f"{'yes' if met_ratio else 'NO'} |",
+    ]
+    return lines
