@@ -35,7 +35,8 @@ DIRECT_NAMESPACE = "bench-direct"
 
 
 def _cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds the processes used so far (all their threads), from /proc."""
+    """User + system CPU seconds the processes used so far (all their threads, and their reaped children),
+    from /proc."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for pid in pids:
@@ -43,7 +44,9 @@ def _cpu_seconds(pids: list[int]) -> float:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / tick
+        # utime + stime, and cutime + cstime: children it reaped (a PostgreSQL backend that ended, a gunicorn
+        # worker that was replaced) leave their CPU there, so a before/after difference keeps it.
+        total += (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / tick
     return total
 
 

@@ -35,6 +35,7 @@ def request_fingerprint(spec: JobSpec) -> str:
 class Submission:
     job: Job
     replayed: bool  # the Idempotency-Key matched an earlier request: this is that job
+    executions: list[Execution] | None = None  # those recorded now (None: read them from the job)
 
 
 def _replay(owner: User, key: str, fingerprint: str) -> Job | None:
@@ -76,7 +77,7 @@ def job_submit(
         site=site,
         namespace_granted=True,  # checked just above
     )
-    plan_data = plan.to_dict()
+    plan_data = plan.to_dict(copy_objects=False)  # stored at once, never edited
     refused = plan.refused
     try:
         with transaction.atomic():
@@ -100,6 +101,7 @@ def job_submit(
                 request_hash=fingerprint,
                 label_domain=site.label_domain,
             )
+            executions: list[Execution] = []
             if refused:
                 JobEvent.objects.create(
                     job=job, kind="refused", message=job.message, details={"reasons": job.reasons}
@@ -109,6 +111,7 @@ def job_submit(
                 execution = Execution.objects.create(
                     job=job, attempt=1, trainjob_name=trainjob_name(job_id, 1)
                 )
+                executions.append(execution)
                 # robust: a broker outage must not turn an accepted (committed) job into a 500; the
                 # stale-execution sweep enqueues it again.
                 transaction.on_commit(
@@ -132,4 +135,4 @@ def job_submit(
             if earlier is not None:
                 return Submission(job=earlier, replayed=True)
         raise
-    return Submission(job=job, replayed=False)
+    return Submission(job=job, replayed=False, executions=executions)
