@@ -41,7 +41,7 @@ class Job(models.Model):
     runtime_name = models.CharField(max_length=253)
     spec = models.JSONField()  # jobs.spec.JobSpec.to_dict()
     plan = models.JSONField(null=True)  # the plan computed at submission
-    runtime_snapshot = models.JSONField(null=True)  # the runtime object as read at submission
+    runtime_snapshot = models.JSONField(null=True)  # the runtime as the newest start judged it (for retries)
     reasons = models.JSONField(default=list)  # every refusal reason, when refused
     identity_warnings = models.JSONField(default=list)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING, db_index=True)

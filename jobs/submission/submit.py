@@ -1,4 +1,4 @@
-"""Submit a job: record it (refused with every reason, or pending with its plan and runtime snapshot) in one
+"""Submit a job: record it (refused with every reason, or pending with its plan) in one
 transaction, then enqueue the start of execution 1 after the commit. An Idempotency-Key replays an earlier
 submission of the same request."""
 
@@ -58,7 +58,7 @@ def job_submit(
     *, owner: User, spec: JobSpec, idempotency_key: str | None = None, site: SiteSettings | None = None
 ) -> Submission:
     """Check and record a job. Refused: recorded with every reason. Accepted: recorded as pending with its
-    plan and runtime snapshot, and execution 1 is started by a task enqueued after the commit."""
+    plan, and execution 1 is started by a task enqueued after the commit."""
     fingerprint = request_fingerprint(spec)
     if idempotency_key:
         earlier = _replay(owner, idempotency_key, fingerprint)
@@ -69,7 +69,7 @@ def job_submit(
 
     job_id = new_job_id()
     site = site or site_settings(max_age=PLAN_RUNTIME_MAX_AGE)
-    plan, runtime = job_plan(
+    plan, _runtime = job_plan(
         user=owner,
         spec=spec,
         job_id=job_id,
@@ -91,7 +91,9 @@ def job_submit(
                 runtime_name=spec.runtime.name,
                 spec=spec.to_dict(),
                 plan=plan_data,
-                runtime_snapshot=runtime.body if runtime else None,
+                # Not the runtime read now: start reads it afresh and stores the one it ran (a retry runs on
+                # that), so a copy here was only ever overwritten (and cost every submission its bytes).
+                runtime_snapshot=None,
                 reasons=[r for r in plan_data["reasons"] if not r["waived"]] if refused else [],
                 identity_warnings=plan_data["identity_warnings"],
                 recovery_policy=recovery.resolve(site.recovery_policy, spec.recovery_policy),
