@@ -29,6 +29,7 @@ from scripts.bench_common import BENCH_STARTS_NAMESPACE
 N = int(os.environ.get("BENCH_STARTS", "200"))
 CONCURRENCY = int(os.environ.get("BENCH_START_CONCURRENCY", "16"))
 ROUNDS = int(os.environ.get("BENCH_START_ROUNDS", "2"))
+PREFETCH = os.environ.get("BENCH_PREFETCH", "")  # the worker's --prefetch-multiplier (default: the settings')
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 DISPATCH_NAMESPACE = BENCH_STARTS_NAMESPACE
 DIRECT_NAMESPACE = "bench-direct"
@@ -174,6 +175,7 @@ def _worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
         "threads",
         "--concurrency",
         str(CONCURRENCY),
+        *(["--prefetch-multiplier", PREFETCH] if PREFETCH else []),
         "--without-gossip",
         "--without-mingle",
         "--loglevel",
