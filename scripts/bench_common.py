@@ -94,7 +94,7 @@ def cleanup_django() -> int:
     return count
 
 
-def wrk(url: str, token: str, body: dict[str, Any] | None = None) -> dict[str, float]:
+def wrk(url: str, token: str, body: dict[str, Any] | None = None, duration: str = "") -> dict[str, float]:
     script = f"""
 wrk.headers["Authorization"] = "Token {token}"
 wrk.headers["Content-Type"] = "application/json"
@@ -104,7 +104,19 @@ wrk.headers["Content-Type"] = "application/json"
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as lua:
         lua.write(script)
     result = subprocess.run(
-        ["wrk", "-t", "2", "-c", str(CONNECTIONS), "-d", DURATION, "--latency", "-s", lua.name, url],
+        [
+            "wrk",
+            "-t",
+            "2",
+            "-c",
+            str(CONNECTIONS),
+            "-d",
+            duration or DURATION,
+            "--latency",
+            "-s",
+            lua.name,
+            url,
+        ],
         capture_output=True,
         text=True,
         check=True,

@@ -6,9 +6,11 @@ on the shared test one); prints one JSON object on stdout.
 
 - PostgreSQL: the bench's own instance with PostgreSQL's durable defaults (scripts/bench_pg.py), so every
   accepted job's commit waits for its WAL flush.
-- One gunicorn server (the workers `make up` runs: nproc + 1 sync workers), wrk with CONNECTIONS connections;
-  rounds interleaved: GET /api/v1/me, then POST /api/v1/jobs (answered 202), ...; the best round of each
-  counts, and a round of submissions counts only when every answer was a 202.
+- One gunicorn server (the workers `make up` runs: 2 x nproc + 1 sync workers), wrk, CONNECTIONS connections;
+  ROUNDS short rounds interleaved: GET /api/v1/me, then POST /api/v1/jobs (answered 202), ... Each round's
+  pair gives a ratio (submissions/s over the trivial requests/s measured just before); the median over the
+  rounds is the figure, so a busy moment of the machine moves one pair, not the result. A round counts only
+  when every answer was a 202 and every job recorded was enqueued.
 - Every accepted job must be enqueued: after each round of submissions the jobs recorded in PostgreSQL and the
   start messages waiting in Redis (no worker runs) are counted, and must be equal.
 """
@@ -28,10 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts.bench_common import (
     BENCH_NAMESPACE,
     CONNECTIONS,
-    DURATION,
     PY,
     REPO,
-    ROUNDS,
     cleanup_django,
     cluster_kubeconfig,
     free_port,
@@ -43,10 +43,13 @@ from scripts.bench_common import (
 )
 from scripts.bench_pg import durable_postgres
 
-# The web workers `make up` runs (scripts/up): one more sync worker than cores, so a worker waiting on
-# PostgreSQL (a commit's WAL flush) or Redis leaves no core idle.
-WEB_WORKERS = int(os.environ.get("BENCH_SUBMIT_WORKERS", str((os.cpu_count() or 2) + 1)))
+# The web workers `make up` runs (scripts/up): (2 x cores) + 1 sync workers, so a worker waiting on
+# PostgreSQL (a commit's WAL flush) or Redis leaves no core idle (3 workers here: 291 submissions/s at best
+# against 376 with 5, GET /api/v1/me about the same).
+WEB_WORKERS = int(os.environ.get("BENCH_SUBMIT_WORKERS", str(2 * (os.cpu_count() or 2) + 1)))
 QUEUE = "celery"  # the Redis list Celery's default queue is
+ROUNDS = int(os.environ.get("BENCH_SUBMIT_ROUNDS", "5"))
+DURATION = os.environ.get("BENCH_SUBMIT_DURATION", "5s")
 
 
 def _tree(pid: int) -> list[int]:
@@ -76,7 +79,7 @@ def _measured(url: str, token: str, body: dict[str, Any] | None, web: int, postg
     """One wrk run, with the CPU the web server and PostgreSQL spent per request."""
     web_pids, pg_pids = _tree(web), _tree(postgres)
     before = (_cpu(web_pids), _cpu(pg_pids))
-    result = wrk(url, token, body)
+    result = wrk(url, token, body, duration=DURATION)
     web_pids, pg_pids = _tree(web), _tree(postgres)  # backends that came and went are lost: a floor
     spent = (_cpu(web_pids) - before[0], _cpu(pg_pids) - before[1])
     requests = max(1, int(result["requests"]))
@@ -176,22 +179,20 @@ def run() -> dict[str, Any]:
             server.wait(timeout=30)
             cleanup_django()
             broker.flushdb()
-    me = max(r["rps"] for r in rows if r["name"] == "me")
-    accepted = max(
-        (
-            r["rps"]
-            for r in rows
-            if r["name"] == "jobs" and r["non_2xx"] == 0 and r["recorded"] == r["enqueued"]
-        ),
-        default=0.0,
-    )
+    import statistics
+
+    ratios = []
+    for me, jobs in zip(rows[0::2], rows[1::2], strict=True):
+        counted = jobs["non_2xx"] == 0 and jobs["recorded"] == jobs["enqueued"]
+        jobs["ratio"] = jobs["rps"] / me["rps"] if counted and me["rps"] else 0.0
+        ratios.append(jobs["ratio"])
     return {
         "rows": rows,
         "durability": durability,
         "workers": WEB_WORKERS,
-        "me": me,
-        "accepted": accepted,
-        "ratio": accepted / me if me else 0.0,
+        "me": max(r["rps"] for r in rows if r["name"] == "me"),
+        "accepted": max((r["rps"] for r in rows if r["name"] == "jobs" and r["ratio"]), default=0.0),
+        "ratio": statistics.median(ratios),
     }
 
 
@@ -208,23 +209,25 @@ def report_lines(result: dict[str, Any]) -> list[str]:
         "CPU ms per request: gunicorn's processes / PostgreSQL's (read from /proc around each run).",
         "",
         "| request | round | requests/s | requests | non-2xx | p99 ms | CPU ms web / PostgreSQL "
-        "| jobs recorded | messages in Redis |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| jobs recorded | messages in Redis | jobs/s / me/s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         name = "GET /api/v1/me" if r["name"] == "me" else "POST /api/v1/jobs (202)"
         lines.append(
             f"| {name} | {r['round']} | {r['rps']:.0f} | {r['requests']} | {r['non_2xx']} "
             f"| {r['p99_ms']:.1f} | {r['web_cpu_ms']:.2f} / {r['pg_cpu_ms']:.2f} "
-            f"| {r.get('recorded', '')} | {r.get('enqueued', '')} |"
+            f"| {r.get('recorded', '')} | {r.get('enqueued', '')} | "
+            f"{format(r['ratio'], '.2f') if 'ratio' in r else ''} |"
         )
     met = result["ratio"] >= 0.6
     lines += [
         "",
         "| measure | value | target | met |",
         "|---|---|---|---|",
-        f"| accepted submissions/s / GET /api/v1/me requests/s | {result['accepted']:.0f} / "
-        f"{result['me']:.0f} = {result['ratio']:.2f} | >= 0.6 | {'yes' if met else 'NO'} |",
+        f"| accepted submissions/s / GET /api/v1/me requests/s, median of the rounds' pairs (best rounds: "
+        f"{result['accepted']:.0f} / {result['me']:.0f}) | {result['ratio']:.2f} | >= 0.6 | "
+        f"{'yes' if met else 'NO'} |",
     ]
     return lines
 
