@@ -68,7 +68,7 @@ def server_bench() -> list[dict[str, Any]]:
         # As in production: DEBUG off (Django then keeps no per-query log); plain HTTP on 127.0.0.1.
         "DEBUG": "false",
         "SECRET_KEY": "bench-only-not-a-secret-0123456789-abcdefghijklmnopqrstuvwxyz",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",  # testserver: the dashboard bench's test client
         "SECURE_SSL_REDIRECT": "false",
         "SECURE_HSTS_SECONDS": "0",
     }

@@ -9,7 +9,8 @@ make the TrainJob the copy's owner, record the start.
 direct: CONCURRENCY threads of one process, one kubernetes ApiClient (pool sized to the threads), create the
 same objects for N jobs: read the runtime, create the copy, create the TrainJob on it, patch the copy's
 ownerReference; the clock runs from the first request to the last answer.
-Both in their own namespace, emptied (and the cluster left to settle: no pod left) before every round;
+Both in their own namespace, emptied (and the cluster left to settle: no pod left) before every round, then
+warmed with 2 x CONCURRENCY untimed jobs (connections open, as in steady use);
 rounds interleaved (direct, dispatch, direct, dispatch, ...). Each round's pair gives a ratio (dispatch's
 time / direct's, measured a minute apart); the median over the rounds is the figure, so a moment when the
 machine is busy with something else moves one pair, not the result. The best round of each is shown too.
@@ -31,7 +32,12 @@ from scripts.bench_common import BENCH_STARTS_NAMESPACE
 N = int(os.environ.get("BENCH_STARTS", "200"))
 CONCURRENCY = int(os.environ.get("BENCH_START_CONCURRENCY", "16"))
 ROUNDS = int(os.environ.get("BENCH_START_ROUNDS", "3"))
-PREFETCH = os.environ.get("BENCH_PREFETCH", "")  # the worker's --prefetch-multiplier (default: the settings')
+PREFETCH = os.environ.get("BENCH_PREFETCH", "")
+# Worker processes; the CONCURRENCY threads are shared out among them (each process has one consumer).
+PROCESSES = int(os.environ.get("BENCH_WORKER_PROCESSES", "1"))
+# Jobs each side starts, untimed, right before its timed N: both measure steady use, every thread's
+# connections open (a round's start otherwise paid up to CONCURRENCY database connects and TLS handshakes).
+WARMUP = 2 * CONCURRENCY  # the worker's --prefetch-multiplier (default: the settings')
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 DISPATCH_NAMESPACE = BENCH_STARTS_NAMESPACE
 DIRECT_NAMESPACE = "bench-direct"
@@ -107,8 +113,9 @@ def _spec(namespace: str) -> Any:
     )
 
 
-def _direct(custom: Any, namespace: str) -> float:
-    """N jobs' objects through the kubernetes client: the seconds it took."""
+def _direct(custom: Any, namespace: str, count: int = 0) -> float:
+    """`count` (N) jobs' objects through the kubernetes client: the seconds it took."""
+    count = count or N
     from jobs.naming import new_job_id
     from jobs.objects import stamped
     from jobs.plan import build_train_job, build_training_runtime
@@ -161,11 +168,12 @@ def _direct(custom: Any, namespace: str) -> float:
 
     started = time.monotonic()
     with ThreadPoolExecutor(CONCURRENCY) as pool:
-        list(pool.map(one, range(N)))
+        list(pool.map(one, range(count)))
     return time.monotonic() - started
 
 
-def _worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def _worker(env: dict[str, str], log: Path, index: int = 0) -> subprocess.Popen[bytes]:
+    threads = CONCURRENCY // PROCESSES
     command = [
         sys.executable,
         "-m",
@@ -176,16 +184,31 @@ def _worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
         "--pool",
         "threads",
         "--concurrency",
-        str(CONCURRENCY),
+        str(threads),
         *(["--prefetch-multiplier", PREFETCH] if PREFETCH else []),
         "--without-gossip",
         "--without-mingle",
+        "-n",
+        f"bench{index}@%h",
         "--loglevel",
         "WARNING",
     ]
     out = log.open("ab")
     repo = Path(__file__).resolve().parent.parent
-    return subprocess.Popen(command, cwd=repo, env=os.environ | env, stdout=out, stderr=subprocess.STDOUT)
+    worker_env = os.environ | env | {"WORKER_CONCURRENCY": str(threads)}
+    return subprocess.Popen(command, cwd=repo, env=worker_env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _spy(pid: int, round_number: int) -> subprocess.Popen[bytes] | None:
+    """BENCH_SPY=<py-spy binary>: a wall-clock profile of the worker (idle threads included) during the
+    dispatch phase, to var/bench-spy-<round>.txt (a diagnosis aid; not part of the report)."""
+    binary = os.environ.get("BENCH_SPY", "")
+    if not binary:
+        return None
+    out = Path(__file__).resolve().parent.parent / "var" / f"bench-spy-{round_number}.txt"
+    seconds = os.environ.get("BENCH_SPY_SECONDS", "4")
+    command = [binary, "record", "-p", str(pid), "-d", seconds, "-r", "200", "--idle", "--format", "raw"]
+    return subprocess.Popen([*command, "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _wait_worker_ready() -> None:
@@ -193,14 +216,15 @@ def _wait_worker_ready() -> None:
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if app.control.ping(timeout=0.5):
+        if len(app.control.ping(timeout=0.5) or []) >= PROCESSES:
             return
     raise RuntimeError("the worker did not answer a ping within 60 s")
 
 
-def _dispatch(namespace: str) -> tuple[float, int]:
-    """N jobs accepted at once, started by the waiting worker: the seconds from the commit until all are
-    queued, and the API requests per start the worker made (0 when unknown)."""
+def _dispatch(namespace: str, count: int = 0) -> tuple[float, int]:
+    """`count` (N) jobs accepted at once, started by the waiting worker: the seconds from the commit until
+    all are queued, and how many."""
+    count = count or N
     from django.contrib.auth.models import User
     from django.db import transaction
 
@@ -210,12 +234,12 @@ def _dispatch(namespace: str) -> tuple[float, int]:
     owner = User.objects.get(username="bench")
     spec = _spec(namespace)
     with transaction.atomic():
-        ids = [submit.job_submit(owner=owner, spec=spec).job.id for _ in range(N)]
+        ids = [submit.job_submit(owner=owner, spec=spec).job.id for _ in range(count)]
     started = time.monotonic()  # the N start messages were sent when the transaction committed
     deadline = started + 600
     while time.monotonic() < deadline:
         done = Execution.objects.filter(job_id__in=ids, state=JobState.QUEUED).count()
-        if done == N:
+        if done == count:
             return time.monotonic() - started, len(ids)
         failed = Execution.objects.filter(job_id__in=ids).exclude(state__in=["pending", "queued"]).count()
         if failed:
@@ -231,22 +255,30 @@ def run(kubeconfig: str, env: dict[str, str], var: Path) -> dict[str, Any]:
     for namespace in (DISPATCH_NAMESPACE, DIRECT_NAMESPACE):
         _ensure_namespace(core, namespace)
     log = var / "bench-worker.log"
-    worker = _worker(env | {"WORKER_CONCURRENCY": str(CONCURRENCY)}, log)
+    workers = [_worker(env, log, index) for index in range(PROCESSES)]
+    pids = [w.pid for w in workers]
     rows: list[dict[str, Any]] = []
     try:
         _wait_worker_ready()
         cluster = _cluster_pids()
         for round_number in range(1, ROUNDS + 1):
             _empty(custom, core, DIRECT_NAMESPACE)
+            _direct(
+                custom, DIRECT_NAMESPACE, WARMUP
+            )  # warm: every thread's connection open, as in steady use
             before = (_cpu_seconds([os.getpid()]), _cpu_seconds(cluster))
             direct = _direct(custom, DIRECT_NAMESPACE)
             direct_cpu = (_cpu_seconds([os.getpid()]) - before[0], _cpu_seconds(cluster) - before[1])
             _log(f"round {round_number}: direct {N / direct:.1f} TrainJobs/s")
             _empty(custom, core, DIRECT_NAMESPACE)
             _empty(custom, core, DISPATCH_NAMESPACE)
-            before = (_cpu_seconds([worker.pid]), _cpu_seconds(cluster))
+            _dispatch(DISPATCH_NAMESPACE, WARMUP)  # warm: every thread's database and API connections open
+            before = (_cpu_seconds(pids), _cpu_seconds(cluster))
+            spy = _spy(pids[0], round_number)
             seconds, _count = _dispatch(DISPATCH_NAMESPACE)
-            dispatch_cpu = (_cpu_seconds([worker.pid]) - before[0], _cpu_seconds(cluster) - before[1])
+            if spy is not None:
+                spy.wait()
+            dispatch_cpu = (_cpu_seconds(pids) - before[0], _cpu_seconds(cluster) - before[1])
             _log(f"round {round_number}: dispatch {N / seconds:.1f} TrainJobs/s")
             _empty(custom, core, DISPATCH_NAMESPACE)
             rows.append(
@@ -262,13 +294,16 @@ def run(kubeconfig: str, env: dict[str, str], var: Path) -> dict[str, Any]:
                 }
             )
     finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        for worker in workers:
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        # Emptied, not deleted: a namespace still terminating would refuse the next run's.
         for namespace in (DISPATCH_NAMESPACE, DIRECT_NAMESPACE):
-            core.delete_namespace(namespace, propagation_policy="Background")
+            _empty(custom, core, namespace)
     import statistics
 
     for row in rows:

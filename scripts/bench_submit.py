@@ -114,7 +114,7 @@ def run() -> dict[str, Any]:
             "THROTTLE_API_USER": "off",
             "DEBUG": "false",
             "SECRET_KEY": "bench-only-not-a-secret-0123456789-abcdefghijklmnopqrstuvwxyz",
-            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
             "SECURE_SSL_REDIRECT": "false",
             "SECURE_HSTS_SECONDS": "0",
         }
