@@ -25,6 +25,8 @@ def _api_client_for(kubeconfig: str) -> client.ApiClient:
         where = kubeconfig or "in-cluster configuration"
         raise ClusterUnavailable(where, f"cannot load Kubernetes configuration: {exc}") from None
     configuration.retries = 0  # the caller decides about retries
+    # One pool for the process, sized to the worker's concurrency: every thread keeps its connection.
+    configuration.connection_pool_maxsize = int(settings.KUBE_CONNECTION_POOL_SIZE)
     return client.ApiClient(configuration)
 
 

@@ -303,9 +303,10 @@ def patch_namespaced(kind: str, namespace: str, name: str, patch: dict[str, Any]
     return body
 
 
-def delete_namespaced(kind: str, namespace: str, name: str) -> bool:
+def delete_namespaced(kind: str, namespace: str, name: str, *, uid: str = "") -> bool:
     """Delete with background propagation (the garbage collector removes dependents afterwards); False
-    when it was already gone.
+    when it was already gone. With `uid`, only that object (a precondition: another object that took the
+    name since is left alone, answered 409 Conflict).
 
     Not foreground: that parks a foregroundDeletion finalizer on the object, and removing it is an UPDATE
     which the Trainer's TrainJob webhook denies once the runtime the TrainJob names is gone.
@@ -319,7 +320,10 @@ def delete_namespaced(kind: str, namespace: str, name: str) -> bool:
             namespace,
             PLURALS[kind],
             name,
-            body=client.V1DeleteOptions(propagation_policy="Background"),
+            body=client.V1DeleteOptions(
+                propagation_policy="Background",
+                preconditions=client.V1Preconditions(uid=uid) if uid else None,
+            ),
         )
     except NotFound:
         return False

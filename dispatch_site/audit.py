@@ -10,6 +10,26 @@ from dispatch_site.models import AuditEvent
 from dispatch_site.roles import AnyUser
 
 
+def audit_event(
+    *,
+    actor: AnyUser | None,
+    action: str,
+    object_type: str,
+    object_id: str,
+    details: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """The audit row, not yet saved: for a caller that writes it together with the rows it records."""
+    user = actor if isinstance(actor, User) else None
+    return AuditEvent(
+        actor=user,
+        actor_name=user.get_username() if user is not None else "system",
+        action=action,
+        object_type=object_type,
+        object_id=str(object_id),
+        details=details or {},
+    )
+
+
 def audit_record(
     *,
     actor: AnyUser | None,
@@ -18,12 +38,8 @@ def audit_record(
     object_id: str,
     details: dict[str, Any] | None = None,
 ) -> AuditEvent:
-    user = actor if isinstance(actor, User) else None
-    return AuditEvent.objects.create(
-        actor=user,
-        actor_name=user.get_username() if user is not None else "system",
-        action=action,
-        object_type=object_type,
-        object_id=str(object_id),
-        details=details or {},
+    event = audit_event(
+        actor=actor, action=action, object_type=object_type, object_id=object_id, details=details
     )
+    event.save(force_insert=True)
+    return event

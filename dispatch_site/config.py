@@ -66,6 +66,9 @@ class Config:
     webhook_allow_private_addresses: bool = False
     webhook_secret_grace_seconds: int = 24 * 3600
     webhook_sweep_seconds: int = 10
+    # The Celery worker runs this many tasks at once, in threads (a start waits on the API server); the
+    # Kubernetes client keeps as many connections.
+    worker_concurrency: int = 16
 
 
 def _parse_bool(name: str, raw: str) -> bool:
@@ -126,6 +129,20 @@ def _parse_proxy_ssl_header(raw: str) -> tuple[str, str] | None:
     return "HTTP_" + header.upper().replace("-", "_"), value
 
 
+# The embedded default serves the web workers, the Celery worker's threads, beat and the supervisor at once.
+# SQLite allows one writer at a time; "database is locked" came from a transaction that began as a reader and
+# then had to become the writer while another held the lock (SQLite fails that at once, whatever the busy
+# timeout). So: every transaction takes the write lock when it begins (IMMEDIATE, Django 5.1+), and waits
+# for it up to the busy timeout; WAL lets readers go on while one writes; synchronous=NORMAL is durable in
+# WAL mode except for the last transactions on a power loss (not a process crash): fine for the default.
+SQLITE_BUSY_TIMEOUT_SECONDS = 30
+SQLITE_OPTIONS: dict[str, Any] = {
+    "timeout": SQLITE_BUSY_TIMEOUT_SECONDS,
+    "transaction_mode": "IMMEDIATE",
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+}
+
+
 def _parse_database(url: str) -> dict[str, Any]:
     import dj_database_url
 
@@ -140,8 +157,7 @@ def _parse_database(url: str) -> dict[str, Any]:
         raise ConfigError(f"DATABASE_URL={url!r} cannot be parsed: {exc}") from None
     if database["ENGINE"].endswith("sqlite3"):
         database["CONN_MAX_AGE"] = 0
-        # SQLite serialises writers; a busy timeout lets the web and worker processes share it.
-        database["OPTIONS"] = {"timeout": 20}
+        database["OPTIONS"] = SQLITE_OPTIONS
     elif not database.get("NAME"):
         raise ConfigError(f"DATABASE_URL={url!r} names no database")
     return database
@@ -256,6 +272,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
         raise ConfigError(f"WEBHOOK_TIMEOUT_SECONDS={webhook_timeout_raw!r} is not a number") from None
     if webhook_timeout <= 0:
         raise ConfigError(f"WEBHOOK_TIMEOUT_SECONDS={webhook_timeout_raw!r} must be positive")
+    worker_concurrency = _parse_int("WORKER_CONCURRENCY", env.get("WORKER_CONCURRENCY", "16"), 1)
 
     return Config(
         metrics_token=env.get("METRICS_TOKEN", "").strip(),
@@ -279,6 +296,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
         web_threads=web_threads,
         long_requests_per_process=long_per_process,
         long_requests_per_user=long_per_user,
+        worker_concurrency=worker_concurrency,
         debug=debug,
         secret_key=secret_key,
         allowed_hosts=allowed_hosts,

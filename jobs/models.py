@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Q
 
 from dispatch_site.causes import Cause
+from dispatch_site.names import DEFAULT_LABEL_DOMAIN
 
 
 class JobState(models.TextChoices):
@@ -40,7 +41,7 @@ class Job(models.Model):
     runtime_name = models.CharField(max_length=253)
     spec = models.JSONField()  # jobs.spec.JobSpec.to_dict()
     plan = models.JSONField(null=True)  # the plan computed at submission
-    runtime_snapshot = models.JSONField(null=True)  # the runtime object as read at submission
+    runtime_snapshot = models.JSONField(null=True)  # the runtime as the newest start judged it (for retries)
     reasons = models.JSONField(default=list)  # every refusal reason, when refused
     identity_warnings = models.JSONField(default=list)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING, db_index=True)
@@ -56,9 +57,10 @@ class Job(models.Model):
     last_known_state = models.CharField(max_length=16, blank=True, default="")  # while unknown
     unknown_since = models.DateTimeField(null=True, blank=True)
     current_attempt = models.PositiveIntegerField(default=0)
-    # The label domain the job's objects carry, fixed at submission: cancel finds them after the platform
-    # changed the site's domain ("" on rows older than this field: the site's current domain).
-    label_domain = models.CharField(max_length=253, blank=True, default="")
+    # The label domain the job's objects carry, fixed at submission: start, a retry, cancel and clean-up use
+    # it, so a later change of the site's domain changes nothing already submitted (rows older than this
+    # field got the site's domain of the day by migration 0007).
+    label_domain = models.CharField(max_length=253, default=DEFAULT_LABEL_DOMAIN)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     request_hash = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -136,6 +138,9 @@ class Execution(models.Model):
     # execution; it holds the lease through its retry backoff, and a dead holder's lease runs out.
     claim_holder = models.CharField(max_length=255, blank=True, default="")
     claim_until = models.DateTimeField(null=True, blank=True)
+    # The fencing token: incremented by every claim; a delivery creates only while its token is still this
+    # one (jobs.submission.claim.claim_fence compares it in the statement that renews the lease).
+    claim_generation = models.PositiveBigIntegerField(default=0)
     # Cancel or refusal asked for the objects to go; the sweep re-enqueues the delete until
     # objects_removed_at is set.
     delete_requested_at = models.DateTimeField(null=True, blank=True)

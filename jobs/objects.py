@@ -1,15 +1,26 @@
 """The cluster objects dispatch makes for a job or a session: create or adopt (only what dispatch made for
 this owner), the TrainJob on its runtime copy (waiting out the Trainer's cache lag), and the copy's
-ownerReference."""
+ownerReference.
+
+Every object dispatch creates carries the managed-by label and the annotation `<domain>/body-hash`: the
+digest (runtimes.digest) of the body dispatch sent, without server-set fields. An object that already has the
+name is adopted only when it carries both, its hash is that of the body dispatch would create now, and its
+content is that body (the API server's own defaults aside): then it is what an earlier delivery of the same
+start created. Anything else under that name is refused, naming the object and what differs; it is never
+adopted and never deleted.
+"""
 
 from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 from cluster import gateway
-from cluster.errors import AlreadyExists, Rejected
+from cluster.errors import AlreadyExists, ClusterUnavailable, Rejected
+from dispatch_site.names import MANAGED_BY, MANAGED_BY_LABEL
+from runtimes.digest import changed_paths, describe_paths, digest, without_server_fields
 
 TRAINJOB = "TrainJob"
 
@@ -17,24 +28,157 @@ TRAINJOB = "TrainJob"
 TRAINING_RUNTIME = "TrainingRuntime"
 
 
-def is_ours(obj: dict[str, Any], label_domain: str, job_id: str) -> bool:
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    return bool(labels.get(f"{label_domain}/job") == job_id)
+BODY_HASH: Final = "body-hash"  # the annotation `<label domain>/body-hash`
 
 
-def create_or_adopt(kind: str, body: dict[str, Any], label_domain: str, job_id: str) -> dict[str, Any]:
-    """Create the object; an existing one carrying our job label is ours from an earlier delivery."""
-    meta = body["metadata"]
+# Fields of a TrainJob the API server or another controller sets after dispatch sent it: the CRD's default
+# for spec.managedBy, spec.suspend (defaulted to false; Kueue sets and flips it), and Kueue's own
+# runtimePatches entry (its mutating webhook appends it; status-facts, Kueue). dispatch writes none.
+TRAINJOB_DEFAULT_MANAGED_BY: Final = "trainer.kubeflow.org/trainjob-controller"
+KUEUE_RUNTIME_PATCH_MANAGER: Final = "kueue.x-k8s.io/manager"
+
+
+def body_hash_key(label_domain: str) -> str:
+    return f"{label_domain}/{BODY_HASH}"
+
+
+def _comparable(body: Mapping[str, Any], label_domain: str) -> dict[str, Any]:
+    """What dispatch wrote: the body without server-set fields, its own hash annotation, and the TrainJob
+    fields the server or Kueue own (spec.suspend, spec.managedBy at its default)."""
+    plain = without_server_fields(body, drop_annotations=(body_hash_key(label_domain),))
+    if plain.get("kind") == TRAINJOB and isinstance(plain.get("spec"), Mapping):
+        spec = dict(plain["spec"])
+        spec.pop("suspend", None)
+        if spec.get("managedBy") == TRAINJOB_DEFAULT_MANAGED_BY:
+            del spec["managedBy"]
+        if isinstance(spec.get("runtimePatches"), list):
+            patches = [
+                p
+                for p in spec["runtimePatches"]
+                if not (isinstance(p, Mapping) and p.get("manager") == KUEUE_RUNTIME_PATCH_MANAGER)
+            ]
+            if patches:
+                spec["runtimePatches"] = patches
+            else:
+                del spec["runtimePatches"]
+        plain["spec"] = spec
+    return plain
+
+
+def body_hash(body: Mapping[str, Any], label_domain: str) -> str:
+    return digest(_comparable(body, label_domain))
+
+
+def stamped(body: Mapping[str, Any], label_domain: str) -> dict[str, Any]:
+    """The body dispatch creates: `body` with the annotation holding its hash (`body` is not changed; the
+    copy shares everything but its metadata and annotations)."""
+    key = body_hash_key(label_domain)
+    meta = dict(body.get("metadata") or {})
+    meta["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items() if k != key}
+    out = {**body, "metadata": meta}
+    meta["annotations"][key] = body_hash(out, label_domain)
+    return out
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def adoption_problems(
+    existing: Mapping[str, Any], desired: Mapping[str, Any], label_domain: str
+) -> list[str]:
+    """Why `existing` is not the object dispatch would create from `desired` (a stamped body); [] when it is.
+    Pure."""
+    problems: list[str] = []
+    managed = _labels(existing).get(MANAGED_BY_LABEL)
+    if managed != MANAGED_BY:
+        problems.append(f"label {MANAGED_BY_LABEL} is {managed!r}, not {MANAGED_BY!r}")
+    key = body_hash_key(label_domain)
+    have, want = _annotations(existing).get(key), _annotations(desired).get(key)
+    if have != want:
+        problems.append(
+            f"annotation {key} is {have!r}, not {want!r} (the hash of the body dispatch would create)"
+            if have
+            else f"it has no annotation {key} (dispatch marks what it creates with the hash of the body)"
+        )
+    paths = changed_paths(_comparable(desired, label_domain), _comparable(existing, label_domain))
+    if paths:
+        problems.append(f"its content differs from what dispatch would create at {describe_paths(paths)}")
+    desired_name = (desired.get("metadata") or {}).get("name")
+    for ref in (existing.get("metadata") or {}).get("ownerReferences") or []:
+        if not (desired.get("kind") == TRAINING_RUNTIME and ref.get("kind") == TRAINJOB):
+            problems.append(f"it is owned by {ref.get('kind')} {ref.get('name')}")
+        elif ref.get("name") != desired_name:
+            problems.append(f"it is owned by TrainJob {ref.get('name')}, not {desired_name}")
+    return problems
+
+
+def is_ours(
+    obj: Mapping[str, Any], label_domain: str, owner_id: str, *, unannotated_ok: bool = False
+) -> bool:
+    """May dispatch delete this object as the one it made for `owner_id` (a job or session id)? It carries
+    the managed-by label, the owner's label and the body-hash annotation dispatch stamps on what it creates
+    (a stranger's object under our name, labelled with the owner's id, lacks them). Its content is not
+    compared: other controllers (Kueue) change a TrainJob after it was made. `unannotated_ok`: an object made
+    before dispatch stamped its bodies (the caller knows a start of that owner completed) passes on its
+    labels alone."""
+    labels = _labels(obj)
+    if labels.get(MANAGED_BY_LABEL) != MANAGED_BY or labels.get(f"{label_domain}/job") != owner_id:
+        return False
+    return unannotated_ok or body_hash_key(label_domain) in _annotations(obj)
+
+
+class NotAdoptable(Rejected):
+    """An object under the name dispatch would create is not one dispatch made for this owner."""
+
+
+def create_or_adopt(
+    kind: str,
+    body: dict[str, Any],
+    label_domain: str,
+    owner_id: str,
+    *,
+    before_create: Callable[[], None] | None = None,
+    made: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Create the object (stamped with its hash). An object already under that name is ours from an earlier
+    delivery only when it is exactly what dispatch would create now (adoption_problems); anything else raises
+    NotAdoptable naming it and what differs. The create answer is the object: it is never read again.
+    `before_create` runs right before the create call (start's fencing check: it raises to stop the create);
+    `made` collects what this call created (not what it adopted)."""
+    desired = stamped(body, label_domain)
+    meta = desired["metadata"]
+    what = gateway.target(kind, meta["namespace"], meta["name"])
+    if before_create is not None:
+        before_create()
     try:
-        return gateway.create_namespaced(kind, body)
+        created = gateway.create_namespaced(kind, desired)
     except AlreadyExists:
-        existing = gateway.get_namespaced(kind, meta["namespace"], meta["name"])
-        if existing is None or not is_ours(existing, label_domain, job_id):
-            raise Rejected(
-                gateway.target(kind, meta["namespace"], meta["name"]),
-                "already exists and was not created by dispatch for this job",
-            ) from None
-        return existing
+        pass
+    else:
+        if made is not None:
+            made.append(created)
+        return created
+    existing = gateway.get_namespaced(kind, meta["namespace"], meta["name"])
+    if existing is None:  # deleted between the create and the read: the next try creates it
+        raise ClusterUnavailable(what, "already existed, then vanished; trying again") from None
+    if (existing.get("metadata") or {}).get("deletionTimestamp"):
+        raise ClusterUnavailable(
+            what, "an object of that name is being deleted; trying again once it is gone"
+        )
+    problems = adoption_problems(existing, desired, label_domain)
+    if problems:
+        raise NotAdoptable(
+            what,
+            f"already exists and was not created by dispatch for {owner_id}: "
+            + "; ".join(problems)
+            + "; dispatch neither adopts nor deletes it",
+        )
+    return existing
 
 
 # The Trainer's TrainJob webhook reads runtimes through its informer cache, which can lag right after the
@@ -51,23 +195,36 @@ _KUEUE_COPY_NOT_SEEN = re.compile(r"(?:^|: )runtime '[^']+' not found")
 COPY_SEEN_WAITS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 
 
-def create_trainjob_on_copy(body: dict[str, Any], label_domain: str, owner_id: str) -> dict[str, Any]:
+def create_trainjob_on_copy(
+    body: dict[str, Any],
+    label_domain: str,
+    owner_id: str,
+    *,
+    before_create: Callable[[], None] | None = None,
+    made: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Create (or adopt) the TrainJob right after its runtime copy (of a job or a session). The copy exists
     (created or adopted just before): a denial for a runtime the Trainer has not seen yet is tried again a few
     times; after the last wait the denial is raised (`_copy_not_seen_yet` tells it from a real rejection)."""
     for wait in COPY_SEEN_WAITS:
         try:
-            return create_or_adopt(TRAINJOB, body, label_domain, owner_id)
+            return create_or_adopt(
+                TRAINJOB, body, label_domain, owner_id, before_create=before_create, made=made
+            )
+        except NotAdoptable:
+            raise
         except Rejected as exc:
             if not _copy_not_seen_yet(exc):
                 raise
             time.sleep(wait)
-    return create_or_adopt(TRAINJOB, body, label_domain, owner_id)
+    return create_or_adopt(TRAINJOB, body, label_domain, owner_id, before_create=before_create, made=made)
 
 
 def _copy_not_seen_yet(exc: Rejected) -> bool:
     """Is this the Trainer's (or Kueue's) webhook denial for a runtime copy it has not seen yet (worth a
     retry)?"""
+    if isinstance(exc, NotAdoptable):
+        return False
     message = exc.message.lower()
     return (
         _COPY_NOT_SEEN[0] in message

@@ -34,7 +34,7 @@ from jobs.queueing import (
     queue_plan,
 )
 from jobs.spec import CLUSTER_TRAINING_RUNTIME, JobSpec
-from runtimes.reasons import PUBLISH_INIT_CONTAINER, AllowListMiss, Capability, Reason, SiteRules
+from runtimes.reasons import PUBLISH_INIT_CONTAINER, AllowListMiss, Capability, Reason, Review, SiteRules
 from runtimes.rules import check_runtime, find_trainer_job
 
 API_VERSION: Final = "trainer.kubeflow.org/v1alpha1"
@@ -121,13 +121,16 @@ class Plan:
     def codes(self) -> tuple[str, ...]:
         return tuple(r.code for r in self.reasons)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, copy_objects: bool = True) -> dict[str, Any]:
+        """As plain data. copy_objects=False shares the object bodies: only for a caller that stores or
+        serialises the dict at once and never edits it (start, recording the plan)."""
         objects = None
         if self.training_runtime is not None and self.train_job is not None:
             # Copies: the plan is frozen, and a caller editing the dict must not change it.
+            clone = copy.deepcopy if copy_objects else (lambda value: value)
             objects = {
-                "training_runtime": copy.deepcopy(self.training_runtime),
-                "train_job": copy.deepcopy(self.train_job),
+                "training_runtime": clone(self.training_runtime),
+                "train_job": clone(self.train_job),
             }
         return {
             "refused": self.refused,
@@ -460,6 +463,7 @@ def build_plan(
     rules: SiteRules,
     allow_listed: bool | AllowListMiss | None,
     namespace_granted: bool,
+    review: Review | None = None,
     job_id: str,
     attempt: int,
     label_domain: str,
@@ -477,7 +481,9 @@ def build_plan(
             )
         kueue = NO_KUEUE
     tj_name = trainjob_name(job_id, attempt)
-    verdict = check_runtime(runtime, rules=rules, allow_listed=allow_listed, ref=_source_ref(spec))
+    verdict = check_runtime(
+        runtime, rules=rules, allow_listed=allow_listed, ref=_source_ref(spec), review=review
+    )
     extra, longest = start_reasons(
         spec=spec, runtime=runtime, namespace_granted=namespace_granted, train_job_name=tj_name
     )

@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from dispatch_site.api import NOT_TEXT, DetailSerializer, RejectUnknownFieldsMixin, StrictSerializer
+from dispatch_site.api import NOT_TEXT, RejectUnknownFieldsMixin, StrictSerializer
 from dispatch_site.fields import Dns1123SubdomainField, RecoveryPolicySerializer
 from dispatch_site.names import (
     DNS1123_LABEL_MAX,
@@ -27,7 +27,7 @@ from dispatch_site.names import (
 from dispatch_site.permissions import IsPlatform, IsPlatformOrReadOnly
 from runtimes import selectors, services
 from runtimes.fixes import FIXES
-from runtimes.models import PublishVia, RuntimeKind, RuntimeVerdict, SiteSettings
+from runtimes.models import AllowListEntry, PublishVia, ReviewState, RuntimeKind, RuntimeVerdict, SiteSettings
 
 CLUSTER_SCOPE = "_"
 
@@ -44,8 +44,18 @@ def _row_data(row: selectors.RuntimeRow) -> dict[str, Any]:
         "note": entry.note if entry else "",
         "verdict": row.verdict or None,
         "verdict_source": row.source,
+        "review": _review_data(entry) if entry else None,
         "resource_version": row.resource_version,
         "url": f"/api/v1/runtimes/{row.kind}/{row.namespace or CLUSTER_SCOPE}/{row.name}",
+    }
+
+
+def _review_data(entry: AllowListEntry) -> dict[str, Any]:
+    return {
+        "state": entry.review,
+        "spec_hash": entry.reviewed_hash or None,
+        "reviewed_at": entry.reviewed_at,
+        "reviewed_by": entry.reviewed_by or None,
     }
 
 
@@ -61,9 +71,10 @@ def _history_data(v: RuntimeVerdict) -> dict[str, Any]:
 
 # Response shapes, for the OpenAPI schema (the views build plain dicts).
 class ReasonSerializer(serializers.Serializer):
-    code = serializers.CharField(
-        help_text="a stable refusal code (an API; the dashboard's Refusals page gives each one's meaning and "
-        "fix): " + ", ".join(FIXES)
+    code = serializers.ChoiceField(
+        choices=sorted(FIXES),
+        help_text="a stable refusal code (an API; the dashboard's Refusals page gives each one's meaning "
+        "and fix)",
     )
     message = serializers.CharField()
     path = serializers.CharField()
@@ -83,6 +94,18 @@ class VerdictSerializer(serializers.Serializer):
     capabilities = CapabilitySerializer(many=True)
 
 
+class ReviewSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(
+        choices=ReviewState.values,
+        help_text="content: the reviewed spec is recorded (a changed spec is runtime-changed-since-review); "
+        "name: by name only (an entry from before reviews were recorded); missing: the runtime could not be "
+        "read when it was approved, so it is refused until re-approved",
+    )
+    spec_hash = serializers.CharField(allow_null=True, help_text="sha256 of the reviewed spec")
+    reviewed_at = serializers.DateTimeField(allow_null=True)
+    reviewed_by = serializers.CharField(allow_null=True)
+
+
 class RuntimeRowSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=RuntimeKind.values)
     namespace = serializers.CharField(allow_null=True)
@@ -93,6 +116,7 @@ class RuntimeRowSerializer(serializers.Serializer):
     note = serializers.CharField()
     verdict = VerdictSerializer(allow_null=True)
     verdict_source = serializers.ChoiceField(choices=["live", "recorded"])
+    review = ReviewSerializer(allow_null=True, help_text="what was reviewed, for an allow-listed runtime")
     resource_version = serializers.CharField()
     url = serializers.CharField()
 
@@ -213,28 +237,30 @@ class AllowListAddApi(APIView):
 
     @extend_schema(
         request=AllowListInputSerializer,
-        responses={201: RuntimeRowSerializer, 409: DetailSerializer},
-        summary="Allow a runtime (platform role)",
+        responses={201: RuntimeRowSerializer, 200: RuntimeRowSerializer},
+        summary="Allow a runtime, or re-approve one on the allow-list (platform role)",
+        description="Records the runtime's spec as reviewed now (its sha256): a later change of the spec "
+        "refuses the runtime with runtime-changed-since-review until a platform user POSTs it again. "
+        "201: added; 200: re-approved (purposes and note as given now).",
     )
     def post(self, request: Request) -> Response:
         serializer = AllowListInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        try:
-            entry = services.allow_list_add(
-                actor=request.user,
-                kind=data["kind"],
-                namespace=data["namespace"],
-                name=data["name"],
-                for_jobs="jobs" in data["purposes"],
-                for_sessions="sessions" in data["purposes"],
-                note=data["note"],
-            )
-        except services.AlreadyListed as exc:
-            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        approval = services.allow_list_approve(
+            actor=request.user,
+            kind=data["kind"],
+            namespace=data["namespace"],
+            name=data["name"],
+            for_jobs="jobs" in data["purposes"],
+            for_sessions="sessions" in data["purposes"],
+            note=data["note"],
+        )
+        entry = approval.entry
         row, _ = selectors.runtime_detail(request.user, entry.kind, entry.namespace, entry.name)
         assert row is not None  # the entry exists
-        return Response(_row_data(row), status=status.HTTP_201_CREATED)
+        code = status.HTTP_201_CREATED if approval.created else status.HTTP_200_OK
+        return Response(_row_data(row), status=code)
 
 
 class AllowListRemoveApi(APIView):

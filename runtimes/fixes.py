@@ -40,6 +40,14 @@ FIXES: Final[dict[str, Fix]] = {
             "platform team",
         ),
         Fix(
+            reasons.RUNTIME_CHANGED_SINCE_REVIEW,
+            "The allow-list approved this runtime's spec as a platform user reviewed it; the spec has "
+            "changed since (the message names the field paths), so what would run is not what was reviewed.",
+            "Review the changes and re-approve the runtime (Runtimes page, or POST "
+            "/api/v1/runtimes/allow-list again), which records the new spec; or undo the change.",
+            "platform team",
+        ),
+        Fix(
             reasons.RUNTIME_NOT_FOUND,
             "The runtime the job names does not exist in the cluster.",
             "Create the runtime (or correct runtime.kind / runtime.name / runtime.namespace in the job).",

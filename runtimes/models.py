@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import models
 
 from dispatch_site.names import DEFAULT_LABEL_DOMAIN
+from runtimes.reasons import REVIEW_CONTENT, REVIEW_MISSING, REVIEW_NAME, Review
 
 
 class RuntimeKind(models.TextChoices):
@@ -18,6 +19,12 @@ class RuntimeKind(models.TextChoices):
 def runtime_ref(kind: str, namespace: str, name: str) -> str:
     """How a runtime is named in messages and the audit log: Kind/name or Kind/namespace/name."""
     return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
+
+
+class ReviewState(models.TextChoices):
+    CONTENT = REVIEW_CONTENT, "the spec as reviewed is recorded"
+    NAME = REVIEW_NAME, "by name only (added before dispatch recorded reviews)"
+    MISSING = REVIEW_MISSING, "not reviewed: the runtime could not be read when it was added"
 
 
 class AllowListEntry(models.Model):
@@ -31,6 +38,14 @@ class AllowListEntry(models.Model):
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
     added_at = models.DateTimeField(auto_now_add=True)
+    # What was reviewed: the runtime's spec and its digest (runtimes.digest.spec_digest), recorded when the
+    # entry is added and each time a platform user re-approves it. A runtime whose spec no longer has the
+    # digest is refused (runtime-changed-since-review). Entries from before this was recorded: by name only.
+    review = models.CharField(max_length=16, choices=ReviewState.choices, default=ReviewState.NAME)
+    reviewed_hash = models.CharField(max_length=64, blank=True, default="")
+    reviewed_spec = models.JSONField(null=True, blank=True)
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    reviewed_by = models.CharField(max_length=150, blank=True, default="")  # the reviewer's username
 
     class Meta:
         ordering = ["kind", "namespace", "name"]
@@ -48,6 +63,17 @@ class AllowListEntry(models.Model):
     @property
     def purposes(self) -> list[str]:
         return [p for p, yes in (("jobs", self.for_jobs), ("sessions", self.for_sessions)) if yes]
+
+    def as_review(self) -> Review:
+        """What the rule checker compares the runtime with (runtimes.rules.check_runtime(review=...))."""
+        who = self.reviewed_by or "dispatch"
+        when = f" at {self.reviewed_at:%Y-%m-%d %H:%M} UTC" if self.reviewed_at else ""
+        return Review(
+            state=self.review,
+            spec_hash=self.reviewed_hash,
+            spec=self.reviewed_spec,
+            reviewed=f"reviewed by {who}{when}" if self.reviewed_at else "",
+        )
 
 
 class RuntimeVerdict(models.Model):

@@ -84,8 +84,13 @@ FAIL_INDEX_WITHOUT_PER_INDEX: Final = "fail-index-without-per-index"
 TORCH_TRAINER_JOB_NAME: Final = "torch-trainer-job-name"
 
 
+# The allow-list entry recorded the spec a platform user reviewed, and the runtime's spec is no longer it.
+RUNTIME_CHANGED_SINCE_REVIEW: Final = "runtime-changed-since-review"
+
+
 REASON_CODES: Final = (
     RUNTIME_NOT_ALLOWED,
+    RUNTIME_CHANGED_SINCE_REVIEW,
     RUNTIME_NOT_FOUND,
     MLPOLICY_UNSUPPORTED,
     NO_TRAINER_JOB,
@@ -203,6 +208,23 @@ def not_allowed_message(ref: str, miss: AllowListMiss) -> str:
             f"a platform user adds it for {miss.purpose} on the Runtimes page"
         )
     return f"{ref} is not on the site's runtime allow-list{purpose}; {ALLOW_LIST_WHO}"
+
+
+# How an allow-list entry was reviewed (runtimes.models.AllowListEntry.review).
+REVIEW_CONTENT: Final = "content"  # the runtime's spec was read and its digest recorded
+REVIEW_NAME: Final = "name"  # by name only: the entry predates recorded reviews (nothing to compare)
+REVIEW_MISSING: Final = "missing"  # the runtime could not be read when it was added: no content reviewed
+
+
+@dataclass(frozen=True)
+class Review:
+    """What a platform user reviewed when they allow-listed (or re-approved) a runtime: the digest of its spec
+    (runtimes.digest.spec_digest) and the spec itself, so a change can be named by field path."""
+
+    state: str  # REVIEW_CONTENT, REVIEW_NAME or REVIEW_MISSING
+    spec_hash: str = ""
+    spec: Mapping[str, Any] | None = None
+    reviewed: str = ""  # who and when, for messages: "by pat at 2026-05-01 10:00 UTC"
 
 
 @dataclass(frozen=True)

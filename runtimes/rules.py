@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
+from runtimes.digest import changed_paths, describe_paths, spec_digest
 from runtimes.reasons import (
     ALLOWED_MLPOLICY_KEYS,
     BACKOFF_LIMIT,
@@ -45,6 +46,9 @@ from runtimes.reasons import (
     POD_FAILURE_POLICY_UNKNOWN_ACTION,
     PUBLISH_INIT_CONTAINER,
     RESTART_POLICY,
+    REVIEW_CONTENT,
+    REVIEW_MISSING,
+    RUNTIME_CHANGED_SINCE_REVIEW,
     RUNTIME_NOT_ALLOWED,
     RUNTIME_NOT_FOUND,
     SIDECAR_RESTART_POLICY,
@@ -56,6 +60,7 @@ from runtimes.reasons import (
     AllowListMiss,
     Capability,
     Reason,
+    Review,
     SiteRules,
     Verdict,
     not_allowed_message,
@@ -550,12 +555,40 @@ def _missing_capabilities(ref: str) -> tuple[Capability, ...]:
     )
 
 
+def _check_review(runtime: Mapping[str, Any], review: Review, ref: str, reasons: list[Reason]) -> None:
+    """A runtime on the allow-list is matched by name; its content must still be what was reviewed."""
+    again = (
+        "it runs again once a platform user re-approves it "
+        "(Runtimes page, or POST /api/v1/runtimes/allow-list)"
+    )
+    if review.state == REVIEW_MISSING:
+        message = (
+            f"{ref} could not be read when it was allow-listed{_by(review)}, so nobody reviewed its content; "
+            + again
+        )
+        reasons.append(Reason(RUNTIME_CHANGED_SINCE_REVIEW, message, "spec"))
+        return
+    if review.state != REVIEW_CONTENT or spec_digest(runtime) == review.spec_hash:
+        return
+    paths = [f"spec.{p}" for p in changed_paths(review.spec or {}, _m(runtime.get("spec")))] or ["spec"]
+    message = (
+        f"{ref} changed since it was reviewed{_by(review)}: {describe_paths(paths)} "
+        f"{'differs' if len(paths) == 1 else 'differ'} from the reviewed spec; " + again
+    )
+    reasons.append(Reason(RUNTIME_CHANGED_SINCE_REVIEW, message, paths[0]))
+
+
+def _by(review: Review) -> str:
+    return f" ({review.reviewed})" if review.reviewed else ""
+
+
 def check_runtime(
     runtime: Mapping[str, Any] | None,
     *,
     rules: SiteRules = DEFAULT_SITE_RULES,
     allow_listed: bool | AllowListMiss | None = None,
     ref: str = "",
+    review: Review | None = None,
 ) -> Verdict:
     """Judge a runtime against every rule.
 
@@ -563,6 +596,8 @@ def check_runtime(
     allow_listed: None when the allow-list does not apply (file mode); True when the runtime is on it;
         False, or an AllowListMiss saying why (the list is empty, listed for the other purpose), when not.
     ref: how to name the runtime in messages, e.g. "ClusterTrainingRuntime/foo" (derived when empty).
+    review: what the allow-list entry recorded when the runtime was reviewed (None: not compared); a spec
+        that no longer has the reviewed digest is runtime-changed-since-review, naming the changed paths.
     """
     reasons: list[Reason] = []
     if runtime is not None and not isinstance(runtime, Mapping):
@@ -575,6 +610,8 @@ def check_runtime(
         reasons.append(Reason(RUNTIME_NOT_FOUND, f"{ref} does not exist in the cluster", ""))
         return Verdict(True, tuple(reasons), None, _missing_capabilities(ref))
 
+    if review is not None:
+        _check_review(runtime, review, ref, reasons)
     spec = _m(runtime.get("spec"))
     _check_ml_policy(spec, reasons)
 

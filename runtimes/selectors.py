@@ -16,7 +16,7 @@ from dispatch_site.names import MANAGED_BY, MANAGED_BY_LABEL
 from dispatch_site.readcache import ReadCache
 from dispatch_site.roles import AnyUser
 from runtimes.models import AllowListEntry, RuntimeKind, RuntimeVerdict, SiteSettings, runtime_ref
-from runtimes.reasons import SiteRules, Verdict
+from runtimes.reasons import RUNTIME_CHANGED_SINCE_REVIEW, SiteRules, Verdict
 from runtimes.rules import check_runtime
 
 RuntimeKey = tuple[str, str, str]  # (kind, namespace or "", name)
@@ -88,6 +88,11 @@ class RuntimeRow:
         return runtime_ref(self.kind, self.namespace, self.name)
 
     @property
+    def changed_since_review(self) -> bool:
+        codes = [r.get("code") for r in (self.verdict or {}).get("reasons") or []]
+        return RUNTIME_CHANGED_SINCE_REVIEW in codes
+
+    @property
     def key(self) -> RuntimeKey:
         return (self.kind, self.namespace, self.name)
 
@@ -103,7 +108,11 @@ def _live_row(
 ) -> RuntimeRow:
     kind, namespace, name = key
     verdict: Verdict = check_runtime(
-        obj.body if obj else None, rules=rules, allow_listed=entry is not None, ref=runtime_ref(*key)
+        obj.body if obj else None,
+        rules=rules,
+        allow_listed=entry is not None,
+        ref=runtime_ref(*key),
+        review=entry.as_review() if entry is not None else None,
     )
     return RuntimeRow(
         kind=kind,

@@ -8,16 +8,18 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from cluster import gateway
 from cluster.errors import ClusterError
 from cluster.gateway import RuntimeObject
 from dispatch_site.audit import audit_record
 from dispatch_site.roles import AnyUser
-from runtimes.models import AllowListEntry, RuntimeVerdict, SiteSettings, runtime_ref
+from runtimes.digest import spec_digest
+from runtimes.models import AllowListEntry, ReviewState, RuntimeVerdict, SiteSettings, runtime_ref
 from runtimes.reasons import SiteRules
 from runtimes.rules import check_runtime
-from runtimes.selectors import forget_cached_reads, latest_verdicts, site_rules
+from runtimes.selectors import forget_cached_reads, get_runtime, latest_verdicts, site_rules
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +61,7 @@ def _check_and_record(
         rules=rules,
         allow_listed=True,
         ref=entry.ref,
+        review=entry.as_review(),
     )
     return runtime_verdict_record(
         kind=entry.kind,
@@ -92,6 +95,12 @@ def runtimes_recheck() -> RecheckResult:
     return RecheckResult(checked=len(entries), changed=changed)
 
 
+@dataclass(frozen=True)
+class Approval:
+    entry: AllowListEntry
+    created: bool  # False: the entry existed and was re-approved
+
+
 def allow_list_add(
     *,
     actor: AnyUser | None,
@@ -102,38 +111,103 @@ def allow_list_add(
     for_sessions: bool = False,
     note: str = "",
 ) -> AllowListEntry:
-    """Add a runtime to the allow-list and record its first verdict when the cluster can be read."""
+    """Add a new runtime to the allow-list (AlreadyListed when it is on it already): allow_list_approve."""
+    return allow_list_approve(
+        actor=actor,
+        kind=kind,
+        namespace=namespace,
+        name=name,
+        for_jobs=for_jobs,
+        for_sessions=for_sessions,
+        note=note,
+        reapprove=False,
+    ).entry
+
+
+def allow_list_approve(
+    *,
+    actor: AnyUser | None,
+    kind: str,
+    namespace: str,
+    name: str,
+    for_jobs: bool = True,
+    for_sessions: bool = False,
+    note: str = "",
+    reapprove: bool = True,
+) -> Approval:
+    """Put a runtime on the allow-list, or re-approve the entry already there (its purposes and note as given
+    now): read the runtime and record the spec the platform user reviewed (its digest: a later change is
+    runtime-changed-since-review), and its verdict. A runtime that cannot be read now is recorded as not
+    reviewed (review "missing": refused until re-approved once it can be read)."""
     if kind == "ClusterTrainingRuntime":
         namespace = ""
     try:
+        runtime = get_runtime(kind, namespace, name)  # never one of dispatch's own copies
+    except ClusterError as exc:
+        logger.warning(
+            "could not read %s to record what was reviewed: %s", runtime_ref(kind, namespace, name), exc
+        )
+        runtime = None
+        readable = False
+    else:
+        readable = runtime is not None
+    reviewed: dict[str, Any] = {
+        "review": ReviewState.CONTENT if readable else ReviewState.MISSING,
+        "reviewed_hash": spec_digest(runtime.body) if runtime is not None else "",
+        "reviewed_spec": (runtime.body.get("spec") or {}) if runtime is not None else None,
+        "reviewed_at": timezone.now(),
+        "reviewed_by": actor.get_username() if isinstance(actor, User) else "",
+    }
+    fields = {"for_jobs": for_jobs, "for_sessions": for_sessions, "note": note, **reviewed}
+    try:
         with transaction.atomic():
-            entry = AllowListEntry.objects.create(
-                kind=kind,
-                namespace=namespace,
-                name=name,
-                for_jobs=for_jobs,
-                for_sessions=for_sessions,
-                note=note,
-                added_by=actor if isinstance(actor, User) else None,
+            existing = (
+                AllowListEntry.objects.select_for_update()
+                .filter(kind=kind, namespace=namespace, name=name)
+                .first()
             )
+            if existing is not None and not reapprove:
+                raise AlreadyListed(f"{runtime_ref(kind, namespace, name)} is already on the allow-list")
+            if existing is not None:
+                before = {
+                    "purposes": existing.purposes,
+                    "hash": existing.reviewed_hash,
+                    "review": existing.review,
+                }
+                AllowListEntry.objects.filter(pk=existing.pk).update(**fields)
+                existing.refresh_from_db()
+                entry, created = existing, False
+            else:
+                entry = AllowListEntry.objects.create(
+                    kind=kind,
+                    namespace=namespace,
+                    name=name,
+                    added_by=actor if isinstance(actor, User) else None,
+                    **fields,
+                )
+                before, created = {}, True
     except IntegrityError:
         raise AlreadyListed(f"{runtime_ref(kind, namespace, name)} is already on the allow-list") from None
     forget_cached_reads()
+    details: dict[str, Any] = {
+        "purposes": entry.purposes,
+        "note": note,
+        "review": entry.review,
+        "spec_hash": entry.reviewed_hash,
+    }
+    if not created:
+        details["before"] = before
     audit_record(
         actor=actor,
-        action="runtime.allow",
+        action="runtime.allow" if created else "runtime.reapprove",
         object_type="runtime",
         object_id=entry.ref,
-        details={"purposes": entry.purposes, "note": note},
+        details=details,
     )
-    try:
-        runtime = gateway.get_runtime(kind, namespace, name)
-    except ClusterError as exc:
-        logger.warning("could not check %s now: %s", entry.ref, exc)
-    else:
+    if readable:
         previous = RuntimeVerdict.objects.filter(kind=kind, namespace=namespace, name=name).first()
         _check_and_record(entry, runtime, previous, site_rules())
-    return entry
+    return Approval(entry=entry, created=created)
 
 
 def allow_list_remove(*, actor: AnyUser, entry: AllowListEntry) -> None:

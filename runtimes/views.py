@@ -60,20 +60,28 @@ def allow_list_add_view(request: HttpRequest) -> HttpResponse:
         context = {"nav": "runtimes", "overview": overview, "form": form, "site": SiteSettings.load()}
         return render(request, "runtimes/list.html", context, status=400)
     data = form.cleaned_data
-    try:
-        entry = services.allow_list_add(
-            actor=request.user,
-            kind=data["kind"],
-            namespace=data["namespace"],
-            name=data["name"],
-            for_jobs=data["for_jobs"],
-            for_sessions=data["for_sessions"],
-            note=data["note"],
+    approval = services.allow_list_approve(
+        actor=request.user,
+        kind=data["kind"],
+        namespace=data["namespace"],
+        name=data["name"],
+        for_jobs=data["for_jobs"],
+        for_sessions=data["for_sessions"],
+        note=data["note"],
+    )
+    entry = approval.entry
+    what = "is on the allow-list." if approval.created else "was re-approved."
+    messages.success(request, f"{entry.ref} {what}")
+    if entry.review == "content":
+        messages.info(
+            request, f"The spec as it is now is recorded as reviewed (sha256 {entry.reviewed_hash[:12]})."
         )
-    except services.AlreadyListed as exc:
-        messages.error(request, str(exc))
-        return redirect("dashboard:runtimes")
-    messages.success(request, f"{entry.ref} is on the allow-list.")
+    else:
+        messages.warning(
+            request,
+            f"{entry.ref} could not be read, so its content is not reviewed: it is refused until it is "
+            "re-approved once it can be read.",
+        )
     return redirect("dashboard:runtimes")
 
 

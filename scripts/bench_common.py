@@ -25,6 +25,7 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
 GUNICORN_THREADS = int(os.environ.get("BENCH_THREADS", "1"))
 BENCH_REDIS_DB = 2  # the bench's own Redis database, flushed afterwards
 BENCH_NAMESPACE = "bench"
+BENCH_STARTS_NAMESPACE = "bench-starts"  # scripts/bench_starts.py: where the worker starts the bench's jobs
 
 
 def log(message: str) -> None:
@@ -68,10 +69,14 @@ def setup_django(env: dict[str, str]) -> str:
 
     from dispatch_site import roles
     from dispatch_site.services import user_create
+    from jobs.models import Job
     from runtimes.models import AllowListEntry
 
+    Job.objects.filter(owner__username="bench").delete()  # left by a bench run that was interrupted
     User.objects.filter(username="bench").delete()
-    _, token = user_create(username="bench", role=roles.USER, namespaces=[BENCH_NAMESPACE])
+    _, token = user_create(
+        username="bench", role=roles.USER, namespaces=[BENCH_NAMESPACE, BENCH_STARTS_NAMESPACE]
+    )
     AllowListEntry.objects.get_or_create(kind="ClusterTrainingRuntime", namespace="", name="dispatch-kind")
     return token
 
@@ -89,7 +94,7 @@ def cleanup_django() -> int:
     return count
 
 
-def wrk(url: str, token: str, body: dict[str, Any] | None = None) -> dict[str, float]:
+def wrk(url: str, token: str, body: dict[str, Any] | None = None, duration: str = "") -> dict[str, float]:
     script = f"""
 wrk.headers["Authorization"] = "Token {token}"
 wrk.headers["Content-Type"] = "application/json"
@@ -99,7 +104,19 @@ wrk.headers["Content-Type"] = "application/json"
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as lua:
         lua.write(script)
     result = subprocess.run(
-        ["wrk", "-t", "2", "-c", str(CONNECTIONS), "-d", DURATION, "--latency", "-s", lua.name, url],
+        [
+            "wrk",
+            "-t",
+            "2",
+            "-c",
+            str(CONNECTIONS),
+            "-d",
+            duration or DURATION,
+            "--latency",
+            "-s",
+            lua.name,
+            url,
+        ],
         capture_output=True,
         text=True,
         check=True,

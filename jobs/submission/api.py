@@ -78,7 +78,9 @@ def _event_data(event: JobEvent) -> dict[str, Any]:
     }
 
 
-def job_data(job: Job, *, detail: bool = False) -> dict[str, Any]:
+def job_data(job: Job, *, detail: bool = False, executions: list[Execution] | None = None) -> dict[str, Any]:
+    """The job as the API shows it. `executions`: the job's executions when the caller has them (a job just
+    submitted: its first), so they are not read again."""
     runtime = {"kind": job.runtime_kind, "name": job.runtime_name}
     if job.runtime_namespace:
         runtime["namespace"] = job.runtime_namespace
@@ -101,7 +103,10 @@ def job_data(job: Job, *, detail: bool = False) -> dict[str, Any]:
         "last_known_state": job.last_known_state,
         "unknown_since": job.unknown_since,
         "current_attempt": job.current_attempt,
-        "executions": [_execution_data(e, detail=detail) for e in job.executions.all()],
+        "executions": [
+            _execution_data(e, detail=detail)
+            for e in (job.executions.all() if executions is None else executions)
+        ],
         "created_at": job.created_at,
         "updated_at": job.updated_at,
         "state_changed_at": job.state_changed_at,
@@ -425,7 +430,7 @@ class JobListCreateApi(ListAPIView):
         headers = {"Location": f"/api/v1/jobs/{job.id}"}
         if submission.replayed:
             headers["Idempotent-Replayed"] = "true"
-        return Response(JobSerializer(job).data, status=code, headers=headers)
+        return Response(job_data(job, executions=submission.executions), status=code, headers=headers)
 
 
 class JobDetailApi(APIView):

@@ -4,6 +4,7 @@ its runtime copy), and the sweep enqueues that task again until the objects are 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from django.db import transaction
@@ -16,37 +17,81 @@ from dispatch_site.causes import Cause
 from jobs import enqueue
 from jobs.models import ACTIVE_STATES, Execution, Job, JobState
 from jobs.objects import TRAINING_RUNTIME, TRAINJOB, is_ours
-from jobs.submission.claim import job_event, job_transition
+from jobs.submission.claim import job_event, job_transition, start_may_still_create
 from jobs.submission.errors import JobNotCancellable, TransientSubmitError
-from runtimes.models import SiteSettings
 
 logger = logging.getLogger(__name__)
 
 
-def execution_objects_delete(job: Job, execution: Execution, *, retry_transient: bool = False) -> None:
+def execution_objects_delete(job: Job, execution: Execution, *, retry_transient: bool = False) -> bool:
     """Delete the TrainJob; the garbage collector then deletes its JobSet and the runtime copy it owns.
-    A copy without that owner (the TrainJob was never created, or we stopped before the ownerReference)
-    is deleted here. Only objects carrying this job's label (in the domain stored with the job) are touched:
-    a name that collided with somebody else's object is never deleted. Done: objects_removed_at is set.
-    Best effort unless retry_transient (the delete task)."""
+    A copy without that owner (the TrainJob was never created, or we stopped before the ownerReference), or
+    one left after its TrainJob is gone, is deleted here. Only what dispatch made for this job is touched
+    (jobs.objects.is_ours, in the domain stored with the job): a name that collided with somebody else's
+    object is never deleted.
+
+    Done, objects_removed_at set, only when a read shows both gone and no start delivery can still create
+    them (jobs.submission.claim.start_may_still_create: the claim is released or its lease ran out); until
+    then the delete task retries (retry_transient) and the sweep enqueues it again. Returns whether it is
+    done. Best effort (never raises) unless retry_transient (the delete task)."""
     name = execution.trainjob_name
-    label_domain = job.label_domain or SiteSettings.load().label_domain
+    # Read the claim before the cluster: a start that could still create must not be outrun by our reads.
+    fresh = Execution.objects.filter(pk=execution.pk).first()
+    if fresh is None:
+        return True
+    in_flight = start_may_still_create(fresh)
+    # An execution whose start completed before stamping existed carries unstamped objects.
+    unannotated_ok = fresh.submitted_at is not None
     try:
-        trainjob = gateway.get_namespaced(TRAINJOB, job.namespace, name)
-        if trainjob is not None and is_ours(trainjob, label_domain, job.id):
-            gateway.delete_namespaced(TRAINJOB, job.namespace, name)
-        copy = gateway.get_namespaced(TRAINING_RUNTIME, job.namespace, name)
-        owned = copy is not None and any(
-            ref.get("kind") == TRAINJOB for ref in (copy.get("metadata") or {}).get("ownerReferences") or []
-        )
-        if copy is not None and not owned and is_ours(copy, label_domain, job.id):
-            gateway.delete_namespaced(TRAINING_RUNTIME, job.namespace, name)
+        left = _delete_pass(job, name, unannotated_ok)
+        for wait in GONE_WAITS:  # a deleted TrainJob goes at once; the garbage collector takes its copy
+            if not left:
+                break
+            time.sleep(wait)
+            left = _delete_pass(job, name, unannotated_ok)
     except ClusterError as exc:
         logger.warning("could not delete the objects of %s/%s: %s", job.namespace, name, exc)
         if exc.transient and retry_transient:
             raise TransientSubmitError(str(exc)) from exc
-        return
-    Execution.objects.filter(pk=execution.pk).update(objects_removed_at=timezone.now())
+        return False
+    if left or in_flight:
+        why = f"{', '.join(left)} still being deleted" if left else "a start delivery may still create them"
+        if retry_transient:
+            raise TransientSubmitError(f"the objects of {job.namespace}/{name} are not gone yet: {why}")
+        return False
+    Execution.objects.filter(pk=execution.pk, objects_removed_at__isnull=True).update(
+        objects_removed_at=timezone.now()
+    )
+    return True
+
+
+# How long one delete delivery waits, between reads, for what it deleted to be gone before it leaves the
+# rest to the task's retry.
+GONE_WAITS = (0.1, 0.2, 0.4, 0.8)
+
+
+def _delete_pass(job: Job, name: str, unannotated_ok: bool) -> list[str]:
+    """Delete what is left of ours under `name`; the kinds still there (being deleted, or just deleted)."""
+    trainjob = gateway.get_namespaced(TRAINJOB, job.namespace, name)
+    if trainjob is not None and not is_ours(
+        trainjob, job.label_domain, job.id, unannotated_ok=unannotated_ok
+    ):
+        trainjob = None  # somebody else's object under our name: not ours to delete, nor to wait for
+    if trainjob is not None and not _deleting(trainjob):
+        gateway.delete_namespaced(TRAINJOB, job.namespace, name)
+    copy = gateway.get_namespaced(TRAINING_RUNTIME, job.namespace, name)
+    if copy is not None and not is_ours(copy, job.label_domain, job.id, unannotated_ok=unannotated_ok):
+        copy = None
+    owned = copy is not None and any(
+        ref.get("kind") == TRAINJOB for ref in (copy.get("metadata") or {}).get("ownerReferences") or []
+    )
+    if copy is not None and not _deleting(copy) and (trainjob is None or not owned):
+        gateway.delete_namespaced(TRAINING_RUNTIME, job.namespace, name)
+    return [kind for kind, obj in ((TRAINJOB, trainjob), (TRAINING_RUNTIME, copy)) if obj is not None]
+
+
+def _deleting(obj: dict[str, Any]) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def job_cancel(*, actor: Any, job: Job) -> Job:
@@ -71,9 +116,9 @@ def job_cancel(*, actor: Any, job: Job) -> Job:
             Execution.objects.filter(pk=execution.pk, state__in=ACTIVE_STATES).update(
                 state=JobState.CANCELLED, cause=Cause.CANCELLED, finished_at=now
             )
-            Execution.objects.filter(pk=execution.pk).update(
-                delete_requested_at=now, objects_removed_at=None, claim_holder="", claim_until=None
-            )
+            # The claim stays: a start delivery holding it may have a create in flight, and the delete
+            # records the objects removed only once that delivery released it or its lease ran out.
+            Execution.objects.filter(pk=execution.pk).update(delete_requested_at=now, objects_removed_at=None)
             execution_id = execution.pk
             transaction.on_commit(enqueue.on_commit_send(enqueue.EXECUTION_DELETE, execution_id), robust=True)
         job_event(job, "cancelled", f"cancelled by {actor.get_username()}")

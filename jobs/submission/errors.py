@@ -13,3 +13,7 @@ class JobNotCancellable(Exception):
 
 class TransientSubmitError(Exception):
     """The cluster could not be reached or answered 5xx/429: the submission task retries with backoff."""
+
+
+class ClaimLost(Exception):
+    """This delivery's claim on the execution is no longer the execution's (fencing): it must not create."""

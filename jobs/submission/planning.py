@@ -65,10 +65,12 @@ def job_plan(
     site: SiteSettings | None = None,
     namespace_granted: bool | None = None,
     stored_runtime: dict[str, Any] | None = None,
+    label_domain: str | None = None,
 ) -> tuple[Plan, Any]:
     """What starting this job would do. Reads the runtime from the cluster (ClusterError when it cannot);
     creates nothing. Returns the plan and the runtime object it judged (None when it does not exist).
-    A caller that already read the site settings or the namespace grant passes them in."""
+    A caller that already read the site settings or the namespace grant passes them in; start passes the
+    label domain stored with the job (the site's current one otherwise)."""
     site = site or SiteSettings.load()
     if namespace_granted is None:
         namespace_granted = roles.may_submit_to(user, spec.namespace)
@@ -100,10 +102,13 @@ def job_plan(
         runtime=runtime.body if runtime else None,
         rules=site_rules(site),
         allow_listed=allowed,
+        # The runtime's content must be what the platform reviewed; a retry runs on the stored runtime of
+        # attempt 1, judged against the review when attempt 1 started.
+        review=entry.as_review() if entry is not None and stored_runtime is None else None,
         namespace_granted=namespace_granted,
         job_id=job_id or new_job_id(),
         attempt=attempt,
-        label_domain=site.label_domain,
+        label_domain=label_domain or site.label_domain,
         trainer_version=site.trainer_version,
         kueue=queueing,
     )

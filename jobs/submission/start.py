@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
+from cluster import gateway
 from cluster.errors import ClusterError, NotFound, Rejected
 from dispatch_site.audit import audit_record
 from dispatch_site.causes import Cause
@@ -25,32 +28,46 @@ from jobs.spec import JobSpec
 from jobs.submission.cancel import execution_objects_delete
 from jobs.submission.claim import (
     STARTABLE,
+    claim_fence,
     claim_hold,
     execution_claim,
+    holds_claim,
     is_startable,
     job_event,
     job_transition,
     locked_job_and_execution,
 )
-from jobs.submission.errors import TransientSubmitError
+from jobs.submission.errors import ClaimLost, TransientSubmitError
 from jobs.submission.planning import job_plan
-from runtimes.models import SiteSettings
+from runtimes.selectors import site_settings
 
 logger = logging.getLogger(__name__)
+
+START_SITE_SETTINGS_MAX_AGE = 1.0
 
 
 def execution_submit(*, execution_id: int, holder: str | None = None, retry_in: float = 0.0) -> None:
     """Start one execution: claim it, re-check the runtime, create the TrainingRuntime copy, then the TrainJob
     on it, then make the TrainJob the copy's owner. Idempotent; raises TransientSubmitError to be retried
-    (after `retry_in` seconds, through which this chain, `holder`, keeps its claim)."""
+    (after `retry_in` seconds, through which this chain, `holder`, keeps its claim). Every create is fenced:
+    it happens only while this delivery's claim (holder and token) is still the execution's."""
     holder = holder or f"call-{uuid.uuid4().hex}"
     claimed = execution_claim(execution_id, holder)
     if claimed is None:
         return  # a duplicate delivery, cancelled meanwhile, or another delivery is starting it
-    job, execution = claimed
+    job, execution, token = claimed
     spec = JobSpec.from_dict(job.spec)
-    site = SiteSettings.load()
-    label_domain = job.label_domain or site.label_domain
+    # The site's rules as read at most a second ago in this process (a start a second earlier would have used
+    # them too); the runtime and its allow-list entry are always read afresh.
+    site = site_settings(max_age=START_SITE_SETTINGS_MAX_AGE)
+    # The domain stored with the job when it was submitted: a later change of the site's domain changes
+    # nothing for it (its objects, a redelivery's adoption, a retry's labels).
+    label_domain = job.label_domain
+
+    def fence() -> None:
+        claim_fence(execution.pk, holder, token)
+
+    made: list[dict[str, Any]] = []  # what this delivery created (not adopted): a stale holder removes it
     try:
         # The runtime may have changed since the plan: judge it again and build from what is judged now.
         plan, runtime = job_plan(
@@ -60,62 +77,76 @@ def execution_submit(*, execution_id: int, holder: str | None = None, retry_in: 
             attempt=execution.attempt,
             site=site,
             stored_runtime=job.runtime_snapshot if execution.attempt > 1 else None,
+            label_domain=label_domain,
         )
         if plan.refused:
-            _refuse_at_start(job, execution, plan, holder)
+            _refuse_at_start(job, execution, plan, holder, token)
             return
         assert plan.training_runtime is not None and plan.train_job is not None
-        copy = create_or_adopt(TRAINING_RUNTIME, plan.training_runtime, label_domain, job.id)
+        copy = create_or_adopt(
+            TRAINING_RUNTIME, plan.training_runtime, label_domain, job.id, before_create=fence, made=made
+        )
         try:
-            trainjob = create_trainjob_on_copy(plan.train_job, label_domain, job.id)
+            trainjob = create_trainjob_on_copy(
+                plan.train_job, label_domain, job.id, before_create=fence, made=made
+            )
         except Rejected as exc:
             if _copy_not_seen_yet(exc):  # still unseen after the waits: the task retries later
                 raise TransientSubmitError(str(exc)) from exc
             raise
         own_copy(copy, trainjob)
+    except ClaimLost:
+        _claim_lost(execution.pk, holder, token, made)
+        return
     except TransientSubmitError:
         claim_hold(execution.pk, holder, retry_in)
         raise
     except Rejected as exc:
-        _fail_config(job, execution, exc, holder)
+        _fail_config(job, execution, exc, holder, token)
         return
     except NotFound as exc:
         # The namespace does not exist (or vanished): nothing to retry.
-        _fail_config(job, execution, exc, holder)
+        _fail_config(job, execution, exc, holder, token)
         return
     except ClusterError as exc:
         if exc.transient:
             claim_hold(execution.pk, holder, retry_in)
             raise TransientSubmitError(str(exc)) from exc
-        _fail_config(job, execution, exc, holder)
+        _fail_config(job, execution, exc, holder, token)
         return
 
     now = timezone.now()
     # The job shows the identity warnings of the runtime that actually ran: the one judged just now.
     warnings = list(plan.identity_warnings)
-    moved = False
+    # Record the start: two compare-and-set statements in one transaction, in the one lock order (the job's
+    # row, then the execution's). The job moves only while it waits for this attempt; the execution only
+    # while this delivery's claim (holder and token) is its claim. Either failing: nothing is recorded.
     with transaction.atomic():
-        locked = locked_job_and_execution(execution.pk)
-        current = locked[0] if locked else None
-        if locked is not None and is_startable(*locked) and locked[1].claim_holder == holder:
-            job = locked[0]
-            Execution.objects.filter(pk=execution.pk).update(
-                state=JobState.QUEUED, submitted_at=now, claim_holder="", claim_until=None
+        moved = job_transition(
+            job,
+            STARTABLE,
+            JobState.QUEUED,
+            # unknown: only when it never reached the cluster (last known state pending)
+            where=Q(current_attempt__lte=execution.attempt)
+            & (Q(state=JobState.PENDING) | Q(last_known_state=JobState.PENDING)),
+            current_attempt=execution.attempt,
+            plan=plan.to_dict(copy_objects=False),
+            runtime_snapshot=runtime.body if runtime else None,
+            identity_warnings=warnings,
+            last_known_state="",
+            unknown_since=None,
+            message=f"TrainJob {job.namespace}/{execution.trainjob_name} created",
+        )
+        if moved:
+            moved = (
+                Execution.objects.filter(
+                    pk=execution.pk, state=JobState.PENDING, claim_holder=holder, claim_generation=token
+                ).update(state=JobState.QUEUED, submitted_at=now, claim_holder="", claim_until=None)
+                == 1
             )
-            moved = job_transition(
-                job,
-                STARTABLE,
-                JobState.QUEUED,
-                current_attempt=execution.attempt,
-                plan=plan.to_dict(),
-                runtime_snapshot=runtime.body if runtime else None,
-                identity_warnings=warnings,
-                last_known_state="",
-                unknown_since=None,
-                message=f"TrainJob {job.namespace}/{execution.trainjob_name} created",
-            )
-            if not moved:  # impossible under the locks; never leave the execution ahead of its job
-                raise RuntimeError(f"job {job.id} changed under its row lock")
+            if not moved:
+                transaction.set_rollback(True)  # never leave the job ahead of its execution
+        if moved:
             if warnings != list(job.identity_warnings or []):
                 job_event(
                     job,
@@ -131,10 +162,49 @@ def execution_submit(*, execution_id: int, holder: str | None = None, retry_in: 
                 f"created TrainJob {job.namespace}/{execution.trainjob_name}",
                 execution.attempt,
             )
-    if not moved and current is not None and current.state == JobState.CANCELLED:
-        # Cancelled while we were creating (its delete may have run before our create): take down what we
-        # just made. Any other reason (another delivery took over after our lease ran out) leaves it alone.
-        execution_objects_delete(current, execution)
+    if not moved:
+        # Cancelled while we were creating (its delete may have run before our create), or our lease ran out
+        # and the execution moved on: settle what we made.
+        _claim_lost(execution.pk, holder, token, made)
+
+
+def _claim_lost(execution_id: int, holder: str, token: int, made: list[dict[str, Any]]) -> None:
+    """This delivery may no longer act for the execution. It releases its claim (if it still holds it), then:
+    an execution whose objects are to go (cancelled, refused, failed, a retry started) has them deleted again,
+    and its removal is recorded afresh, so the sweep redoes it until a read shows them gone; an execution that
+    moved on without that (another delivery started it, or is starting it) keeps its objects, except those
+    this stale delivery created itself after it ended (deleted by UID)."""
+    with transaction.atomic():
+        locked = locked_job_and_execution(execution_id)
+        if locked is None:
+            return
+        job, execution = locked
+        if holds_claim(execution, holder, token):
+            Execution.objects.filter(pk=execution.pk).update(claim_holder="", claim_until=None)
+            execution.claim_holder, execution.claim_until = "", None
+        to_delete = execution.delete_requested_at is not None
+        if to_delete:
+            Execution.objects.filter(pk=execution.pk).update(objects_removed_at=None)
+            execution.objects_removed_at = None
+    if to_delete:
+        logger.warning(
+            "execution %s: %s lost its claim while starting; the objects of %s are removed again",
+            execution_id,
+            holder,
+            execution.trainjob_name,
+        )
+        execution_objects_delete(job, execution)
+        return
+    live = execution.state in (JobState.PENDING, JobState.QUEUED, JobState.RUNNING, JobState.UNKNOWN)
+    if made and not live:
+        for obj in made:
+            meta = obj["metadata"]
+            try:
+                gateway.delete_namespaced(obj["kind"], meta["namespace"], meta["name"], uid=meta["uid"])
+            except ClusterError as exc:
+                logger.warning(
+                    "could not delete %s %s/%s: %s", obj["kind"], meta["namespace"], meta["name"], exc
+                )
 
 
 def _warnings_changed(warnings: list[str]) -> str:
@@ -143,12 +213,12 @@ def _warnings_changed(warnings: list[str]) -> str:
     return "judged at start, the runtime gives identity warnings: " + "; ".join(warnings)
 
 
-def _refuse_at_start(job: Job, execution: Execution, plan: Plan, holder: str) -> None:
+def _refuse_at_start(job: Job, execution: Execution, plan: Plan, holder: str, token: int) -> None:
     reasons = [r.to_dict() for r in plan.reasons if not r.waived]
     now = timezone.now()
     with transaction.atomic():
-        locked = locked_job_and_execution(execution.pk)
-        if locked is None or not is_startable(*locked) or locked[1].claim_holder != holder:
+        locked = locked_job_and_execution(execution.pk, job.pk)
+        if locked is None or not is_startable(*locked) or not holds_claim(locked[1], holder, token):
             return
         job = locked[0]
         job_transition(
@@ -185,12 +255,12 @@ def _refuse_at_start(job: Job, execution: Execution, plan: Plan, holder: str) ->
     execution_objects_delete(job, execution)
 
 
-def _fail_config(job: Job, execution: Execution, exc: ClusterError, holder: str) -> None:
+def _fail_config(job: Job, execution: Execution, exc: ClusterError, holder: str, token: int) -> None:
     message = f"{exc.target}: {exc.message}"
     now = timezone.now()
     with transaction.atomic():
-        locked = locked_job_and_execution(execution.pk)
-        if locked is None or not is_startable(*locked) or locked[1].claim_holder != holder:
+        locked = locked_job_and_execution(execution.pk, job.pk)
+        if locked is None or not is_startable(*locked) or not holds_claim(locked[1], holder, token):
             return
         job = locked[0]
         job_transition(

@@ -45,3 +45,27 @@ def test_a_job_recorded_with_the_old_empty_evidence_answers_a_list(platform_user
     assert response.json()["evidence"] == []
     # Every reader (the API, the job page, exports) sees the list the row now holds.
     assert CurrentJob.objects.get(pk="jaaaaaaaaaa").evidence == []
+
+
+def test_a_job_recorded_before_jobs_stored_their_label_domain_keeps_the_domain_of_its_objects(
+    platform_user: Any,
+) -> None:
+    """Jobs from before Job.label_domain have "": migration 0008 gives them the site's domain of the day (the
+    one their objects carry), so nothing reads the site's current domain for a job any more."""
+    old = _migrate([("jobs", "0007_session_security"), ("runtimes", "0004_allow_list_review")])
+    try:
+        Job = old.get_model("jobs", "Job")
+        SiteSettings = old.get_model("runtimes", "SiteSettings")
+        SiteSettings.objects.update_or_create(pk=1, defaults={"label_domain": "platform.example"})
+        Job.objects.create(
+            id="jbbbbbbbbbb",
+            owner_id=platform_user[0].pk,
+            namespace="team-a",
+            runtime_kind="ClusterTrainingRuntime",
+            runtime_name="dispatch-kind",
+            spec={},
+            label_domain="",
+        )
+    finally:
+        _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    assert CurrentJob.objects.get(pk="jbbbbbbbbbb").label_domain == "platform.example"

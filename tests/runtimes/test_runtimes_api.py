@@ -47,11 +47,17 @@ def test_platform_allows_and_removes_a_runtime_and_both_are_audited(platform_api
     ]
 
 
-def test_allowing_twice_is_a_conflict(platform_api: APIClient) -> None:
+def test_allowing_twice_re_approves(platform_api: APIClient) -> None:
+    """POSTing an entry again is a re-approval (200), not a conflict: it records the runtime as it is now.
+    The cluster is unreachable here, so nothing could be reviewed: the review says so."""
     assert platform_api.post("/api/v1/runtimes/allow-list", DISPATCH_KIND, format="json").status_code == 201
-    response = platform_api.post("/api/v1/runtimes/allow-list", DISPATCH_KIND, format="json")
-    assert response.status_code == 409
-    assert "already on the allow-list" in response.json()["detail"]
+    response = platform_api.post(
+        "/api/v1/runtimes/allow-list", DISPATCH_KIND | {"purposes": ["jobs", "sessions"]}, format="json"
+    )
+    assert response.status_code == 200, response.json()
+    assert sorted(response.json()["purposes"]) == ["jobs", "sessions"]
+    assert response.json()["review"]["state"] == "missing"
+    assert AuditEvent.objects.filter(action="runtime.reapprove").count() == 1
 
 
 @pytest.mark.parametrize(

@@ -57,10 +57,12 @@ def test_recheck_records_an_edit_that_breaks_a_rule_and_a_deletion(
     trainer_job(body)["template"]["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
     kube.custom.replace_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", name, body)
     runtimes_recheck.apply()
-    assert _codes("ClusterTrainingRuntime", name) == ["restart-policy"]
+    # The edit both breaks a rule and changes what was reviewed.
+    changed = ["runtime-changed-since-review", "restart-policy"]
+    assert _codes("ClusterTrainingRuntime", name) == changed
     detail = api.get(f"/api/v1/runtimes/ClusterTrainingRuntime/_/{name}").json()
     assert detail["verdict"]["refused"] is True
-    assert [h["codes"] for h in detail["history"]] == [["restart-policy"], []]
+    assert [h["codes"] for h in detail["history"]] == [changed, []]
     assert detail["object"]["metadata"]["name"] == name
     assert "managedFields" not in detail["object"]["metadata"]  # bookkeeping is stripped at the gateway
 

@@ -480,7 +480,7 @@ def test_a_name_taken_by_somebody_elses_object_fails_the_job_and_leaves_that_obj
         callback()
     job = Job.objects.get(pk=job_id)
     assert (job.state, job.cause) == (JobState.FAILED, Cause.CONFIG_ERROR)
-    assert "already exists and was not created by dispatch for this job" in job.message
+    assert f"already exists and was not created by dispatch for {job_id}" in job.message
     assert f"{job_id}-1" in _listed(kube, namespace, "trainingruntimes")  # somebody else's: untouched
     assert _listed(kube, namespace, "trainjobs") == []
 

@@ -1,0 +1,354 @@
+"""TrainJobs/s started by the worker pool, side by side with the same objects created straight through the
+Python kubernetes client at the same concurrency (issue 21: >= 50/s, dispatch / direct <= 1.5).
+
+dispatch: N jobs are accepted in one transaction (rows in PostgreSQL, N start messages in Redis when it
+commits) while a real Celery worker (threads pool, CONCURRENCY threads) waits; the clock runs from the commit
+until every execution is `queued` (its TrainJob created and recorded). Each start does what start always does:
+claim, read the runtime afresh and judge it, create the runtime copy and the TrainJob (each create fenced),
+make the TrainJob the copy's owner, record the start.
+direct: CONCURRENCY threads of one process, one kubernetes ApiClient (pool sized to the threads), create the
+same objects for N jobs: read the runtime, create the copy, create the TrainJob on it, patch the copy's
+ownerReference; the clock runs from the first request to the last answer.
+Both in their own namespace, emptied (and the cluster left to settle: no pod left) before every round, then
+warmed with 2 x CONCURRENCY untimed jobs (connections open, as in steady use);
+rounds interleaved (direct, dispatch, direct, dispatch, ...). Each round's pair gives a ratio (dispatch's
+time / direct's, measured a minute apart); the median over the rounds is the figure, so a moment when the
+machine is busy with something else moves one pair, not the result. The best round of each is shown too.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from scripts.bench_common import BENCH_STARTS_NAMESPACE
+
+N = int(os.environ.get("BENCH_STARTS", "200"))
+CONCURRENCY = int(os.environ.get("BENCH_START_CONCURRENCY", "16"))
+ROUNDS = int(os.environ.get("BENCH_START_ROUNDS", "3"))
+PREFETCH = os.environ.get("BENCH_PREFETCH", "")
+# Worker processes; the CONCURRENCY threads are shared out among them (each process has one consumer).
+PROCESSES = int(os.environ.get("BENCH_WORKER_PROCESSES", "1"))
+# Jobs each side starts, untimed, right before its timed N: both measure steady use, every thread's
+# connections open (a round's start otherwise paid up to CONCURRENCY database connects and TLS handshakes).
+WARMUP = 2 * CONCURRENCY  # the worker's --prefetch-multiplier (default: the settings')
+GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
+DISPATCH_NAMESPACE = BENCH_STARTS_NAMESPACE
+DIRECT_NAMESPACE = "bench-direct"
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds the processes used so far (all their threads, and their reaped children),
+    from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # utime + stime, and cutime + cstime: children it reaped (a PostgreSQL backend that ended, a gunicorn
+        # worker that was replaced) leave their CPU there, so a before/after difference keeps it.
+        total += (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / tick
+    return total
+
+
+def _cluster_pids() -> list[int]:
+    """The local control plane's processes (scripts/cluster records them), when it is the local one."""
+    pids = Path(__file__).resolve().parent.parent / "var" / "cluster" / "pids"
+    return [int(p.read_text().strip()) for p in pids.glob("*.pid")] if pids.is_dir() else []
+
+
+def _log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def _apis(kubeconfig: str) -> tuple[Any, Any]:
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    configuration.connection_pool_maxsize = max(CONCURRENCY, 10)
+    api = client.ApiClient(configuration)
+    return client.CustomObjectsApi(api), client.CoreV1Api(api)
+
+
+def _empty(custom: Any, core: Any, namespace: str) -> None:
+    """Delete every TrainJob and runtime copy in the namespace, and wait until no pod is left."""
+    from kubernetes.client import V1DeleteOptions
+
+    for plural in ("trainjobs", "trainingruntimes"):
+        custom.delete_collection_namespaced_custom_object(
+            GROUP, VERSION, namespace, plural, body=V1DeleteOptions(propagation_policy="Background")
+        )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        left = sum(
+            len(custom.list_namespaced_custom_object(GROUP, VERSION, namespace, p)["items"])
+            for p in ("trainjobs", "trainingruntimes")
+        ) + len(core.list_namespaced_pod(namespace).items)
+        if left == 0:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"namespace {namespace} did not empty within 300 s")
+
+
+def _spec(namespace: str) -> Any:
+    from jobs.spec import JobSpec
+
+    return JobSpec.from_dict(
+        {
+            "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+            "namespace": namespace,
+            "image": "localhost/trainer:v1",
+            "num_nodes": 1,
+            "env": {"KWOK_STAY_RUNNING": "1"},
+        }
+    )
+
+
+def _direct(custom: Any, namespace: str, count: int = 0) -> float:
+    """`count` (N) jobs' objects through the kubernetes client: the seconds it took."""
+    count = count or N
+    from jobs.naming import new_job_id
+    from jobs.objects import stamped
+    from jobs.plan import build_train_job, build_training_runtime
+    from runtimes.reasons import SiteRules
+
+    spec = _spec(namespace)
+
+    def one(_: int) -> None:
+        job_id = new_job_id()
+        runtime = custom.get_cluster_custom_object(GROUP, VERSION, "clustertrainingruntimes", "dispatch-kind")
+        copy = build_training_runtime(
+            spec=spec,
+            runtime=runtime,
+            rules=SiteRules(),
+            job_id=job_id,
+            attempt=1,
+            label_domain="dispatch.dev",
+        )
+        trainjob, _warnings = build_train_job(
+            spec=spec, job_id=job_id, attempt=1, label_domain="dispatch.dev"
+        )
+        made = custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, "trainingruntimes", stamped(copy, "dispatch.dev")
+        )
+        for wait in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 0):  # the Trainer's cache lag, as dispatch waits it out
+            try:
+                created = custom.create_namespaced_custom_object(
+                    GROUP, VERSION, namespace, "trainjobs", stamped(trainjob, "dispatch.dev")
+                )
+                break
+            except Exception as exc:  # the webhook's "must be created before" denial only
+                if "must be created before" not in str(getattr(exc, "body", "")) or not wait:
+                    raise
+                time.sleep(wait)
+        owner = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "TrainJob",
+            "name": created["metadata"]["name"],
+            "uid": created["metadata"]["uid"],
+            "blockOwnerDeletion": False,
+        }
+        custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            "trainingruntimes",
+            made["metadata"]["name"],
+            {"metadata": {"ownerReferences": [owner]}},
+        )
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(CONCURRENCY) as pool:
+        list(pool.map(one, range(count)))
+    return time.monotonic() - started
+
+
+def _worker(env: dict[str, str], log: Path, index: int = 0) -> subprocess.Popen[bytes]:
+    threads = CONCURRENCY // PROCESSES
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "dispatch_site",
+        "worker",
+        "--pool",
+        "threads",
+        "--concurrency",
+        str(threads),
+        *(["--prefetch-multiplier", PREFETCH] if PREFETCH else []),
+        "--without-gossip",
+        "--without-mingle",
+        "-n",
+        f"bench{index}@%h",
+        "--loglevel",
+        "WARNING",
+    ]
+    out = log.open("ab")
+    repo = Path(__file__).resolve().parent.parent
+    worker_env = os.environ | env | {"WORKER_CONCURRENCY": str(threads)}
+    return subprocess.Popen(command, cwd=repo, env=worker_env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _spy(pid: int, round_number: int) -> subprocess.Popen[bytes] | None:
+    """BENCH_SPY=<py-spy binary>: a wall-clock profile of the worker (idle threads included) during the
+    dispatch phase, to var/bench-spy-<round>.txt (a diagnosis aid; not part of the report)."""
+    binary = os.environ.get("BENCH_SPY", "")
+    if not binary:
+        return None
+    out = Path(__file__).resolve().parent.parent / "var" / f"bench-spy-{round_number}.txt"
+    seconds = os.environ.get("BENCH_SPY_SECONDS", "4")
+    command = [binary, "record", "-p", str(pid), "-d", seconds, "-r", "200", "--idle", "--format", "raw"]
+    return subprocess.Popen([*command, "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _wait_worker_ready() -> None:
+    from dispatch_site.celery import app
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if len(app.control.ping(timeout=0.5) or []) >= PROCESSES:
+            return
+    raise RuntimeError("the worker did not answer a ping within 60 s")
+
+
+def _dispatch(namespace: str, count: int = 0) -> tuple[float, int]:
+    """`count` (N) jobs accepted at once, started by the waiting worker: the seconds from the commit until
+    all are queued, and how many."""
+    count = count or N
+    from django.contrib.auth.models import User
+    from django.db import transaction
+
+    from jobs.models import Execution, JobState
+    from jobs.submission import submit
+
+    owner = User.objects.get(username="bench")
+    spec = _spec(namespace)
+    with transaction.atomic():
+        ids = [submit.job_submit(owner=owner, spec=spec).job.id for _ in range(count)]
+    started = time.monotonic()  # the N start messages were sent when the transaction committed
+    deadline = started + 600
+    while time.monotonic() < deadline:
+        done = Execution.objects.filter(job_id__in=ids, state=JobState.QUEUED).count()
+        if done == count:
+            return time.monotonic() - started, len(ids)
+        failed = Execution.objects.filter(job_id__in=ids).exclude(state__in=["pending", "queued"]).count()
+        if failed:
+            raise RuntimeError(f"{failed} executions neither pending nor queued")
+        time.sleep(0.02)
+    raise RuntimeError("the worker did not start every job within 600 s")
+
+
+def run(kubeconfig: str, env: dict[str, str], var: Path) -> dict[str, Any]:
+    from scripts.bench_sessions import _ensure_namespace
+
+    custom, core = _apis(kubeconfig)
+    for namespace in (DISPATCH_NAMESPACE, DIRECT_NAMESPACE):
+        _ensure_namespace(core, namespace)
+    log = var / "bench-worker.log"
+    workers = [_worker(env, log, index) for index in range(PROCESSES)]
+    pids = [w.pid for w in workers]
+    rows: list[dict[str, Any]] = []
+    try:
+        _wait_worker_ready()
+        cluster = _cluster_pids()
+        for round_number in range(1, ROUNDS + 1):
+            _empty(custom, core, DIRECT_NAMESPACE)
+            _direct(
+                custom, DIRECT_NAMESPACE, WARMUP
+            )  # warm: every thread's connection open, as in steady use
+            before = (_cpu_seconds([os.getpid()]), _cpu_seconds(cluster))
+            direct = _direct(custom, DIRECT_NAMESPACE)
+            direct_cpu = (_cpu_seconds([os.getpid()]) - before[0], _cpu_seconds(cluster) - before[1])
+            _log(f"round {round_number}: direct {N / direct:.1f} TrainJobs/s")
+            _empty(custom, core, DIRECT_NAMESPACE)
+            _empty(custom, core, DISPATCH_NAMESPACE)
+            _dispatch(DISPATCH_NAMESPACE, WARMUP)  # warm: every thread's database and API connections open
+            before = (_cpu_seconds(pids), _cpu_seconds(cluster))
+            spy = _spy(pids[0], round_number)
+            seconds, _count = _dispatch(DISPATCH_NAMESPACE)
+            if spy is not None:
+                spy.wait()
+            dispatch_cpu = (_cpu_seconds(pids) - before[0], _cpu_seconds(cluster) - before[1])
+            _log(f"round {round_number}: dispatch {N / seconds:.1f} TrainJobs/s")
+            _empty(custom, core, DISPATCH_NAMESPACE)
+            rows.append(
+                {
+                    "round": round_number,
+                    "direct_rps": N / direct,
+                    "dispatch_rps": N / seconds,
+                    # CPU ms per TrainJob: the client's process (the bench, or the worker) and the cluster's.
+                    "direct_client_ms": 1000 * direct_cpu[0] / N,
+                    "direct_cluster_ms": 1000 * direct_cpu[1] / N,
+                    "dispatch_client_ms": 1000 * dispatch_cpu[0] / N,
+                    "dispatch_cluster_ms": 1000 * dispatch_cpu[1] / N,
+                }
+            )
+    finally:
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+        for worker in workers:
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        # Emptied, not deleted: a namespace still terminating would refuse the next run's.
+        for namespace in (DISPATCH_NAMESPACE, DIRECT_NAMESPACE):
+            _empty(custom, core, namespace)
+    import statistics
+
+    for row in rows:
+        row["ratio"] = row["direct_rps"] / row["dispatch_rps"]
+    return {
+        "rows": rows,
+        "direct": max(r["direct_rps"] for r in rows),
+        "dispatch": max(r["dispatch_rps"] for r in rows),
+        "median_dispatch": statistics.median(r["dispatch_rps"] for r in rows),
+        "ratio": statistics.median(r["ratio"] for r in rows),
+    }
+
+
+def report_lines(result: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"## Starts: TrainJobs/s, dispatch's worker and the kubernetes client (N={N}, "
+        f"{CONCURRENCY} threads each)",
+        "",
+        "The same objects for each job: read the runtime, create the copy, create the TrainJob, own the "
+        "copy. dispatch also claims, judges the runtime, fences each create and records the start "
+        "(PostgreSQL).",
+        "",
+        "CPU ms per TrainJob: of the client (the bench process, or dispatch's worker) and of the local "
+        "control plane's processes (API server, etcd, controllers, Trainer, JobSet, KWOK).",
+        "",
+        "| round | direct TrainJobs/s | dispatch TrainJobs/s | dispatch / direct time | CPU ms direct: "
+        "client / cluster | CPU ms dispatch: worker / cluster |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['round']} | {r['direct_rps']:.1f} | {r['dispatch_rps']:.1f} | {r['ratio']:.2f} | "
+        f"{r['direct_client_ms']:.1f} / {r['direct_cluster_ms']:.1f} | {r['dispatch_client_ms']:.1f} / "
+        f"{r['dispatch_cluster_ms']:.1f} |"
+        for r in result["rows"]
+    ]
+    met_rate = result["dispatch"] >= 50
+    met_ratio = result["ratio"] <= 1.5
+    lines += [
+        "",
+        "| measure | value | target | met |",
+        "|---|---|---|---|",
+        f"| dispatch TrainJobs/s (best round; median {result['median_dispatch']:.1f}) | "
+        f"{result['dispatch']:.1f} | >= 50 | {'yes' if met_rate else 'NO'} |",
+        f"| dispatch / direct time (median of the rounds' pairs) | {result['ratio']:.2f} | <= 1.5 | "
+        f"{'yes' if met_ratio else 'NO'} |",
+    ]
+    return lines

@@ -1,0 +1,62 @@
+"""A database error is transient in every task (issue 21): retried within seconds with backoff, never left to
+the stale sweep.
+
+The error is injected (SQLite's "database is locked" or a dropped PostgreSQL connection cannot be produced on
+demand at a chosen call): the service a task calls raises django.db's OperationalError, as Django raises it
+for both; the task must ask Celery for a retry a few seconds later instead of failing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from celery.exceptions import Retry
+from django.db.utils import InterfaceError, OperationalError
+
+from dispatch_site.celery import DATABASE_RETRY_MAX_SECONDS, DispatchTask, app
+from jobs import enqueue
+
+# Every task dispatch registers, and the service function it calls (module, attribute), with its arguments.
+TASKS: dict[str, tuple[str, str, tuple[Any, ...]]] = {
+    enqueue.EXECUTION_SUBMIT: ("jobs.submission.start", "execution_submit", (1,)),
+    enqueue.EXECUTION_DELETE: ("jobs.submission.cancel", "execution_delete", (1,)),
+    enqueue.EXECUTIONS_RESUBMIT_STALE: ("jobs.submission.sweeps", "executions_resubmit_stale", ()),
+    enqueue.SUPERVISE: ("jobs.supervision.cycle", "supervise", ()),
+    enqueue.SESSION_WATCH: ("jobs.sessions.services", "session_watch", ("s1",)),
+    enqueue.SESSION_CLOSE_WATCH: ("jobs.sessions.services", "session_watch", ("s1",)),
+    "runtimes.tasks.runtimes_recheck": ("runtimes.services", "runtimes_recheck", ()),
+}
+
+
+def test_every_task_of_dispatch_is_listed_here() -> None:
+    ours = sorted(name for name in app.tasks if name.startswith(("jobs.", "runtimes.")))
+    assert ours == sorted(TASKS)
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+@pytest.mark.parametrize(
+    "error",
+    [OperationalError("database is locked"), InterfaceError("connection already closed")],
+    ids=["locked", "closed"],
+)
+def test_a_database_error_is_retried_within_seconds(
+    name: str, error: Exception, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module_name, attribute, args = TASKS[name]
+    module = __import__(module_name, fromlist=[attribute])
+
+    def failing(*_args: Any, **_kwargs: Any) -> Any:
+        raise error
+
+    monkeypatch.setattr(module, attribute, failing)
+    task = app.tasks[name]
+    assert isinstance(task, DispatchTask)
+    with pytest.raises(Retry) as retry:
+        task.apply(args=args, task_id=f"test-{name}")
+    assert retry.value.exc is error
+    assert isinstance(retry.value.when, int | float) and retry.value.when <= 1  # first retry: 0 to 1 s
+    # Later retries back off, never beyond the cap.
+    with pytest.raises(Retry) as later:
+        task.apply(args=args, task_id=f"test-{name}", retries=6)
+    assert isinstance(later.value.when, int | float) and later.value.when <= DATABASE_RETRY_MAX_SECONDS
