@@ -213,6 +213,8 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 SUPERVISOR_INTERVAL_SECONDS = CONFIG.supervisor_interval_seconds
+# How long a supervision cycle holds its lease before it must renew it (a thread renews it while it runs).
+SUPERVISOR_LEASE_SECONDS = max(3 * CONFIG.supervisor_interval_seconds, 30)
 NO_CAPACITY_AFTER_SECONDS = CONFIG.no_capacity_after_seconds
 STUCK_AFTER_SECONDS = CONFIG.stuck_after_seconds
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

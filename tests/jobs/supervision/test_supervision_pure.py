@@ -12,13 +12,17 @@ from typing import Any
 
 import pytest
 
-from cluster.gateway import Observed
 from jobs.supervision.cycle import Watched, derive_all
+from jobs.supervision.grouping import StaticIndex
 from jobs.supervision.status import condense_pod
 from jobs.waits import Thresholds
 
 NS, JOB, NAME = "team", "jabcdefghij", "jabcdefghij-1"
 LABELS = {"dispatch.dev/job": JOB, "dispatch.dev/attempt": "1"}
+
+
+def _owner(kind: str, name: str) -> dict[str, Any]:
+    return {"ownerReferences": [{"kind": kind, "name": name, "uid": f"uid-{name}", "controller": True}]}
 
 
 def _pod(disrupted: bool) -> dict[str, Any]:
@@ -39,6 +43,7 @@ def _pod(disrupted: bool) -> dict[str, Any]:
             "name": f"{NAME}-node-0-1-abcde",
             "namespace": NS,
             "uid": "pod-1",
+            **_owner("Job", f"{NAME}-node-0"),
             "labels": {
                 **LABELS,
                 "batch.kubernetes.io/job-completion-index": "1",
@@ -51,13 +56,15 @@ def _pod(disrupted: bool) -> dict[str, Any]:
     }
 
 
-def _observed() -> Observed:
+def _observed() -> StaticIndex:
     meta = {"namespace": NS, "labels": LABELS}
     failed_job = {
         "kind": "Job",
         "metadata": {
             **meta,
             "name": f"{NAME}-node-0",
+            "uid": f"uid-{NAME}-node-0",
+            **_owner("JobSet", NAME),
             "labels": {**LABELS, "jobset.sigs.k8s.io/restart-attempt": "0"},
         },
         "status": {
@@ -72,14 +79,16 @@ def _observed() -> Observed:
             ],
         },
     }
-    return Observed(
-        trainjobs=[{"kind": "TrainJob", "metadata": {**meta, "name": NAME}, "status": {}}],
-        jobsets=[{"kind": "JobSet", "metadata": {**meta, "name": NAME}, "status": {"restarts": 0}}],
-        jobs=[failed_job],
-        pods=[],
-        events=[],
-        nodes=[{"kind": "Node", "metadata": {"name": "kwok-node-0"}, "status": {"conditions": []}}],
-    )
+    trainjob = {"kind": "TrainJob", "metadata": {**meta, "name": NAME, "uid": f"uid-{NAME}"}, "status": {}}
+    jobset = {
+        "kind": "JobSet",
+        "metadata": {**meta, "name": NAME, "uid": f"uid-{NAME}", **_owner("TrainJob", NAME)},
+        "status": {"restarts": 0},
+    }
+    return StaticIndex([trainjob, jobset, failed_job], ["dispatch.dev"])
+
+
+NODES = [{"kind": "Node", "metadata": {"name": "kwok-node-0"}, "status": {"conditions": []}}]
 
 
 def _cycle_after_the_pod_was_found_gone(tombstones: list[dict[str, Any]]) -> Any:
@@ -97,10 +106,10 @@ def _cycle_after_the_pod_was_found_gone(tombstones: list[dict[str, Any]]) -> Any
     statuses = derive_all(
         _observed(),
         watched,
-        domain="dispatch.dev",
         now=datetime(2026, 11, 30, 10, 0, 8, tzinfo=UTC),
         thresholds=Thresholds(),
-        tombstones=tombstones,
+        tombstones={(JOB, 1): tombstones},
+        nodes=NODES,
     )
     return statuses[(JOB, 1)]
 
@@ -120,9 +129,9 @@ def test_the_garbage_collector_runs_again_after_a_cycle_even_one_that_raised() -
     """derive_all pauses the cyclic collector while it derives (a fifth of a 5,000-job cycle went to
     collections): a worker must not be left without it, whether the derivation ends or raises."""
     assert gc.isenabled()
-    derive_all(_observed(), [], domain="dispatch.dev", now=datetime.now(UTC), thresholds=Thresholds())
+    derive_all(_observed(), [], now=datetime.now(UTC), thresholds=Thresholds())
     assert gc.isenabled()
     broken = [Watched(key=(JOB, 1), namespace=NS, trainjob_name=NAME, memory=None, identity_warned=False)]  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        derive_all(_observed(), broken, domain="dispatch.dev", now=datetime.now(UTC), thresholds=Thresholds())
+        derive_all(_observed(), broken, now=datetime.now(UTC), thresholds=Thresholds())
     assert gc.isenabled()
