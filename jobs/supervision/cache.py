@@ -204,9 +204,15 @@ class CacheSource:
         with self._lock:
             return len(self._tracked)
 
-    def due(self) -> list[Execution]:
+    def prepare(self) -> None:
+        """Before each cycle, whoever holds the lease: track new and finished executions (their namespaces'
+        informers start and stop) and write the tombstones the watches collected, so none waits on a cycle
+        this process may not get to run."""
         self._site_domain = SiteSettings.load().label_domain
         self._refresh()
+        self.flush()
+
+    def due(self) -> list[Execution]:
         now = timezone.now()
         with self._lock:
             keys = self._dirty

@@ -64,6 +64,10 @@ def run_forever(
         while not stopped():
             if cache is not None:
                 _say_alive(who, period)
+                try:
+                    cache.prepare()
+                except Exception:
+                    logger.exception("supervision: could not read the active executions")
             ran = True
             try:
                 report = cycle.supervise(source=cache)

@@ -135,3 +135,157 @@ def test_the_garbage_collector_runs_again_after_a_cycle_even_one_that_raised() -
     with pytest.raises(TypeError):
         derive_all(_observed(), broken, now=datetime.now(UTC), thresholds=Thresholds())
     assert gc.isenabled()
+
+
+# ---------------------------------------------------------------- the owner chain, FailedCreate, memory, TTL
+
+
+def _chain_pod(name: str, rank: int, *, owner: bool = True, namespace: str = NS) -> dict[str, Any]:
+    pod = _pod(disrupted=False)
+    pod["metadata"] = {
+        **pod["metadata"],
+        "name": name,
+        "namespace": namespace,
+        "uid": f"uid-{name}",
+        "creationTimestamp": "2026-11-30T10:00:02Z",
+        "labels": {**pod["metadata"]["labels"], "batch.kubernetes.io/job-completion-index": str(rank)},
+    }
+    if not owner:
+        pod["metadata"].pop("ownerReferences")
+    return pod
+
+
+def test_labelled_objects_outside_the_owner_chain_are_ignored_and_named() -> None:
+    index = StaticIndex(
+        [
+            *_observed_objects(failed=False),
+            _chain_pod(f"{NAME}-node-0-0-aaaaa", 0),
+            _chain_pod(f"{NAME}-node-0-1-bbbbb", 1),
+            _chain_pod("stranger-here", 1, owner=False),
+            _chain_pod("stranger-elsewhere", 1, namespace="elsewhere"),
+        ],
+        ["dispatch.dev"],
+    )
+    watched = [Watched(key=(JOB, 1), namespace=NS, trainjob_name=NAME, memory={}, identity_warned=False)]
+    status = derive_all(
+        index, watched, now=datetime(2026, 11, 30, 10, 0, 8, tzinfo=UTC), thresholds=Thresholds()
+    )[(JOB, 1)]
+    assert (status.state, status.identity_findings) == ("running", [])
+    assert sorted(w["object"] for w in status.warnings) == [
+        "Pod elsewhere/stranger-elsewhere",
+        f"Pod {NS}/stranger-here",
+    ]
+
+
+def _observed_objects(*, failed: bool) -> list[dict[str, Any]]:
+    meta = {"namespace": NS, "labels": LABELS}
+    trainjob = {"kind": "TrainJob", "metadata": {**meta, "name": NAME, "uid": f"uid-{NAME}"}, "status": {}}
+    jobset = {
+        "kind": "JobSet",
+        "metadata": {**meta, "name": NAME, "uid": f"uid-{NAME}", **_owner("TrainJob", NAME)},
+        "status": {"restarts": 0},
+    }
+    job = {
+        "kind": "Job",
+        "metadata": {
+            **meta,
+            "name": f"{NAME}-node-0",
+            "uid": f"uid-{NAME}-node-0",
+            **_owner("JobSet", NAME),
+            "labels": {**LABELS, "jobset.sigs.k8s.io/restart-attempt": "0"},
+        },
+        "status": {},
+    }
+    return [trainjob, jobset, job]
+
+
+def test_an_old_failed_create_neither_pins_a_running_job_nor_skips_the_identity_check() -> None:
+    """A FailedCreate (exceeded quota) at 10:00:00, then pods made at 10:00:02: resolved, says nothing. And
+    two pods for rank 1 beside a FailedCreate still break the promise."""
+    failed_create = {
+        "kind": "Event",
+        "metadata": {"namespace": NS, "name": "e1", "uid": "e1"},
+        "involvedObject": {
+            "kind": "Job",
+            "namespace": NS,
+            "name": f"{NAME}-node-0",
+            "uid": f"uid-{NAME}-node-0",
+        },
+        "reason": "FailedCreate",
+        "type": "Warning",
+        "message": 'Error creating: pods "x" is forbidden: exceeded quota: q',
+        "firstTimestamp": "2026-11-30T10:00:00Z",
+        "lastTimestamp": "2026-11-30T10:00:00Z",
+        "count": 3,
+    }
+    objects = [*_observed_objects(failed=False), failed_create]
+    pods = [_chain_pod(f"{NAME}-node-0-0-aaaaa", 0), _chain_pod(f"{NAME}-node-0-1-bbbbb", 1)]
+    watched = [Watched(key=(JOB, 1), namespace=NS, trainjob_name=NAME, memory={}, identity_warned=False)]
+    now = datetime(2026, 11, 30, 10, 5, 0, tzinfo=UTC)
+    running = derive_all(
+        StaticIndex([*objects, *pods], ["dispatch.dev"]), watched, now=now, thresholds=Thresholds()
+    )
+    assert running[(JOB, 1)].state == "running"
+    assert running[(JOB, 1)].queued_reason.get("reason") != "pods-not-created"
+    twice = [*pods, _chain_pod(f"{NAME}-node-0-1-ccccc", 1)]
+    broken = derive_all(
+        StaticIndex([*objects, *twice], ["dispatch.dev"]), watched, now=now, thresholds=Thresholds()
+    )
+    assert (broken[(JOB, 1)].state, broken[(JOB, 1)].cause) == ("failed", "identity-violation")
+
+
+def test_exceeded_quota_waits_the_no_capacity_threshold_not_fifteen_seconds() -> None:
+    from jobs.supervision.status import Context, derive
+
+    event = {
+        "kind": "Event",
+        "involvedObject": {"kind": "Job", "namespace": NS, "name": f"{NAME}-node-0"},
+        "reason": "FailedCreate",
+        "message": 'Error creating: pods "x" is forbidden: exceeded quota: q',
+        "firstTimestamp": "2026-11-30T10:00:00Z",
+        "lastTimestamp": "2026-11-30T10:00:40Z",
+    }
+    objects = [*_observed_objects(failed=False), event]
+    thresholds = Thresholds(no_capacity_after=120)
+    waiting = derive(objects, Context(now=datetime(2026, 11, 30, 10, 1, tzinfo=UTC), thresholds=thresholds))
+    assert (waiting.state, waiting.queued_reason["reason"]) == ("queued", "pods-not-created")
+    assert waiting.recheck_at == datetime(2026, 11, 30, 10, 2, tzinfo=UTC)
+    late = derive(objects, Context(now=datetime(2026, 11, 30, 10, 2, 1, tzinfo=UTC), thresholds=thresholds))
+    assert (late.state, late.cause, late.stop) == ("failed", "no-capacity", True)
+
+
+def test_memory_is_only_added_to() -> None:
+    from jobs.supervision.status import merge_memory
+
+    disrupted = condense_pod(_pod(disrupted=True), "dispatch.dev")
+    plain = condense_pod(_pod(disrupted=False), "dispatch.dev")
+    other = {**plain, "uid": "pod-2"}
+    merged = merge_memory({"pod-1": disrupted, "pod-2": other}, {"pod-1": plain})
+    assert set(merged) == {"pod-1", "pod-2"}
+    assert merged["pod-1"]["disruption"]["reason"] == "EvictionByEvictionAPI"
+
+
+def test_the_runtime_copy_sets_no_jobset_ttl() -> None:
+    """An attempt ends by deleting its TrainJob: a JobSet TTL would delete the JobSet of a failed TrainJob,
+    and the Trainer v2.3.0 would build it again (status-facts §12)."""
+    from jobs.plan import build_training_runtime
+    from jobs.spec import JobSpec, RuntimeRef
+    from runtimes.reasons import SiteRules
+
+    runtime = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "ttlSecondsAfterFinished": 60,
+                    "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {}}}}}],
+                }
+            }
+        }
+    }
+    ref = RuntimeRef(kind="ClusterTrainingRuntime", name="r", namespace=None)
+    spec = JobSpec(runtime=ref, namespace=NS, image="localhost/trainer:v1")
+    copy = build_training_runtime(
+        spec=spec, runtime=runtime, rules=SiteRules(), job_id=JOB, attempt=1, label_domain="dispatch.dev"
+    )
+    assert "ttlSecondsAfterFinished" not in copy["spec"]["template"]["spec"]
+    assert runtime["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] == 60  # the original untouched
