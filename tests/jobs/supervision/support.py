@@ -97,22 +97,24 @@ def running_pods(kube: Any, namespace: str, job_id: str, count: int = 2, attempt
 
 
 @contextlib.contextmanager
-def supervisor_process() -> Iterator[None]:
-    """The `manage.py supervise` loop (cycles plus the pod watch) in a thread, on its own DB connection."""
+def supervisor_process(**options: Any) -> Iterator[threading.Event]:
+    """The `manage.py supervise` loop (its watches and cycles) in a thread, on its own DB connection; yields
+    the event that stops it. `options` go to run_forever (interval 2 s unless given)."""
     from jobs.supervision.watch import run_forever
 
     stop = threading.Event()
+    options.setdefault("interval", 2)
 
     def run() -> None:
         try:
-            run_forever(stop.is_set, interval=2)
+            run_forever(stop.is_set, **options)
         finally:
             connection.close()
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     try:
-        yield
+        yield stop
     finally:
         stop.set()
         thread.join(timeout=15)
