@@ -196,7 +196,9 @@ class CacheSource:
         self._namespaces: dict[str, _Namespace] = {}
         self._dead: list[tuple[int, dict[str, Any]]] = []
         self._finished: dict[Key, float] = {}
+        self._unknown: set[Key] = set()  # keys seen on objects, neither tracked nor known finished
         self._site_domain = ""
+        self.resynced = False
 
     # ---------------------------------------------------------------- the Source protocol
 
@@ -209,7 +211,7 @@ class CacheSource:
         informers start and stop) and write the tombstones the watches collected, so none waits on a cycle
         this process may not get to run."""
         self._site_domain = SiteSettings.load().label_domain
-        self._refresh()
+        self.resynced = self._refresh()
         self.flush()
 
     def due(self) -> list[Execution]:
@@ -330,7 +332,7 @@ class CacheSource:
 
     # ---------------------------------------------------------------- tracking (database -> cache)
 
-    def _refresh(self) -> None:
+    def _refresh(self) -> bool:
         full = time.monotonic() - self._resynced_at >= self.resync_seconds
         fields = (
             "pk",
@@ -371,6 +373,7 @@ class CacheSource:
                 self._unsubmitted.add(pk)
             else:
                 self._unsubmitted.discard(pk)
+        self._settle_unknown()
         if full:
             with self._lock:
                 gone = set(self._tracked) - active
@@ -380,6 +383,42 @@ class CacheSource:
             self._forget_finished()
             self._stop_unused()
             PodTombstone.objects.exclude(execution__state__in=SUPERVISED).delete()
+        return full
+
+    def _settle_unknown(self) -> None:
+        """Objects of executions neither tracked nor known finished (a re-list brings back what a job that
+        ended long ago left in the cluster): those not active leave the copy."""
+        with self._lock:
+            keys, self._unknown = self._unknown, set()
+            keys -= set(self._by_key)
+        if not keys:
+            return
+        active = set(
+            Execution.objects.filter(
+                job_id__in={job_id for job_id, _ in keys},
+                state__in=[*SUPERVISED, JobState.PENDING],
+                job__state__in=[*SUPERVISED, JobState.PENDING],
+            ).values_list("job_id", "attempt")
+        )
+        now = time.monotonic()
+        ended = keys - active
+        with self._lock:
+            for key in ended:
+                self._finished[key] = now
+            namespaces = list(self._namespaces.values())
+        if not ended:
+            return
+        names = {f"{job_id}-{attempt}" for job_id, attempt in ended}
+
+        def events(event: Mapping[str, Any]) -> bool:
+            return _event_prefix(event) in names
+
+        def objects_of(domain: str) -> Callable[[Mapping[str, Any]], bool]:
+            return lambda obj: label_key(obj, domain) in ended
+
+        for watched in namespaces:
+            for (kind, domain), informer in list(watched.informers.items()):
+                informer.purge(events if kind == EVENT else objects_of(domain))
 
     def _track(self, item: Tracked) -> None:
         with self._lock:
@@ -460,7 +499,8 @@ class CacheSource:
                 keep=self._keep_event,
                 indexers={
                     "involved": lambda e: [str(involved(e).get("uid") or "")],
-                    "prefix": lambda e: [_event_prefix(e) or ""],
+                    # events_named: only Events without the UID of their object
+                    "prefix": lambda e: [] if involved(e).get("uid") else [_event_prefix(e) or ""],
                 },
                 on_change=self._event_changed(namespace),
                 relist_seconds=self.relist_seconds,
@@ -516,6 +556,8 @@ class CacheSource:
             if key in self._by_key:
                 self._dirty.add(key)
                 self.wake.set()
+            elif key not in self._finished:
+                self._unknown.add(key)  # a new execution not tracked yet, or one that ended long ago
 
     def _pod_deleted(self, domain: str) -> Callable[[dict[str, Any]], None]:
         def deleted(pod: dict[str, Any]) -> None:

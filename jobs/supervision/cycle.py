@@ -99,6 +99,8 @@ class CycleReport:
     error: str = ""
     duration_ms: int = 0
     cpu_ms: float = 0.0  # CPU time of the thread that ran the cycle
+    prepare_cpu_ms: float = 0.0  # the supervisor's tracking before the cycle (jobs.supervision.watch)
+    resynced: bool = False  # that tracking read the whole active set this time (every RESYNC_SECONDS)
 
 
 # ---------------------------------------------------------------- the lease
@@ -364,7 +366,8 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
         )
         for e in judged
     ]
-    groups = {w.key: owned_objects(observation.source, w) for w in watched}
+    with _no_cyclic_gc():
+        groups = {w.key: owned_objects(observation.source, w) for w in watched}
     # The tombstones after the copy was read: a pod missing from it was already kept as one (the watch
     # records the tombstone before the pod leaves its copy).
     source.flush()
@@ -511,7 +514,8 @@ def derive_all(
 ) -> dict[tuple[str, int], DerivedStatus]:
     """Every watched execution's status from what `source` observed: its owner chain, then derive. Pure."""
     dead = tombstones or {}
-    groups = {w.key: owned_objects(source, w, also_about=_uids(dead.get(w.key, []))) for w in watched}
+    with _no_cyclic_gc():
+        groups = {w.key: owned_objects(source, w, also_about=_uids(dead.get(w.key, []))) for w in watched}
     by_name = {str((n.get("metadata") or {}).get("name", "")): dict(n) for n in nodes}
     return derive_grouped(groups, watched, nodes=by_name, now=now, thresholds=thresholds, tombstones=dead)
 

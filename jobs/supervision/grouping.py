@@ -44,7 +44,9 @@ class ObjectSource(Protocol):
 
     def events_about(self, namespace: str, uid: str) -> list[Obj]: ...
 
-    def events_named(self, namespace: str, name_prefix: str) -> list[Obj]: ...
+    def events_named(self, namespace: str, name_prefix: str) -> list[Obj]:
+        """Events without the UID of the object they are about, whose object name starts with name_prefix."""
+        ...
 
     def labelled(self, kind: str, domain: str, job_id: str, attempt: int) -> list[Obj]: ...
 
@@ -131,29 +133,16 @@ def owned_objects(source: ObjectSource, item: Watched, also_about: Iterable[str]
                 chain.append(job)
                 grouped.job_uids.add(uid(job))
                 chain.extend(p for p in source.owned_by(POD, ns, uid(job)) if _owned(p, job, JOB))
-    grouped.objects = chain
-    # Events: about an object of the chain, or a pod the memory holds (gone now, its events stay an hour).
-    about = {uid(o) for o in chain} | set(item.memory) | set(also_about)
-    seen: set[str] = set()
-    for object_uid in sorted(about):
-        if not object_uid:
-            continue
-        for event in source.events_about(ns, object_uid):
-            key = uid(event) or str(id(event))
-            if key not in seen:
-                seen.add(key)
-                grouped.objects.append(event)
-    # An event without the object's UID (rare: some recorders leave it out) by the TrainJob-name prefix.
-    for event in source.events_named(ns, item.trainjob_name):
-        if involved(event).get("uid"):
-            continue
-        key = uid(event) or str(id(event))
-        named = trainjob_name_prefix(str(involved(event).get("name", "")))
-        if key not in seen and named == item.trainjob_name:
-            seen.add(key)
-            grouped.objects.append(event)
-    # Strangers: the job's labels on an object outside the chain (any namespace the cycle read).
     members = {uid(o) for o in chain}
+    objects = grouped.objects = list(chain)
+    # Events: about an object of the chain, or a pod the memory holds (gone now, its events stay an hour).
+    # An Event is about one object, so no Event comes twice.
+    for object_uid in members.union(item.memory, also_about):
+        if object_uid:
+            objects.extend(source.events_about(ns, object_uid))
+    # An event without the object's UID (rare: some recorders leave it out), by the TrainJob-name prefix.
+    objects.extend(source.events_named(ns, item.trainjob_name))
+    # Strangers: the job's labels on an object outside the chain (any namespace the cycle read).
     for kind in LABELLED_KINDS:
         for obj in source.labelled(kind, item.domain, job_id, attempt):
             if uid(obj) in members:
@@ -189,7 +178,10 @@ class StaticIndex:
             ns = str(meta(obj).get("namespace") or "")
             if kind == EVENT:
                 ref = involved(obj)
-                self._events.setdefault((ns, str(ref.get("uid") or "")), []).append(obj)
+                about = str(ref.get("uid") or "")
+                if about:
+                    self._events.setdefault((ns, about), []).append(obj)
+                    continue
                 prefix = trainjob_name_prefix(str(ref.get("name", "")))
                 if prefix:
                     self._events_named.setdefault((ns, prefix), []).append(obj)

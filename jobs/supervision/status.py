@@ -1018,6 +1018,14 @@ def derive(
         status.stop = True
         return status
 
+    # Under dispatch's rules (backoffLimit 0, no podFailurePolicy Ignore, no per-index retries, no JobSet
+    # restarts) a rank pod that ended Failed fails its Job, and the JobSet and TrainJob with it: read it now,
+    # not after the Job controller writes it (it batches pod updates for a second, longer when busy). With the
+    # plan's allowRankRestart warning the Job may replace the pod: then its condition decides.
+    if not ctx.identity_warned and any(f.pod.get("phase") == "Failed" for f in current_failures):
+        fail_from_pods([])
+        return status
+
     running = [p for p in live if p.get("phase") == "Running"]
     if running:
         status.state = RUNNING

@@ -62,15 +62,20 @@ def run_forever(
     who = cycle.holder()
     try:
         while not stopped():
+            prepared = 0.0
             if cache is not None:
+                started = time.thread_time()
                 _say_alive(who, period)
                 try:
                     cache.prepare()
                 except Exception:
                     logger.exception("supervision: could not read the active executions")
+                prepared = (time.thread_time() - started) * 1000
             ran = True
             try:
                 report = cycle.supervise(source=cache)
+                report.prepare_cpu_ms = prepared
+                report.resynced = bool(cache is not None and cache.resynced)
                 ran = report.ran
                 if on_cycle is not None:
                     on_cycle(report)

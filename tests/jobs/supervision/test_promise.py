@@ -770,7 +770,8 @@ def test_four_ranks_oom_killed_go_running_to_failed_never_back_to_queued(
     """4 ranks OOM-killed (KWOK_OOM=1). Between the pods failing and the Job controller writing the Job's
     failure there is a moment with no pod running and no failure condition anywhere; the test holds it by
     pausing kube-controller-manager. Before, a cycle then read `queued` (running -> queued -> failed, as
-    seen on a job page); now a job that ran stays running until its Job reports, then fails."""
+    seen on a job page). Now the Failed pods fail the job at once (under dispatch's rules a Failed rank
+    fails its Job: backoffLimit 0), running -> failed."""
     runtime_on(None)
     token = submitter[1]
     job_id = submit(
@@ -787,9 +788,8 @@ def test_four_ranks_oom_killed_go_running_to_failed_never_back_to_queued(
             what="4 pods OOM-killed",
         )
         assert not _job_conditions(kube, namespace, job_id) & {"FailureTarget", "Failed"}
-        between = supervise_until(token, job_id, lambda d: True, what="a cycle in between")
-        assert between["state"] == "running", (between["state"], between["message"])
-        assert "OOM-killed" in between["message"]
-    data = supervise_until(token, job_id, lambda d: d["state"] == "failed", what="failed")
-    assert data["cause"] == "oom"
+        data = supervise_until(token, job_id, lambda d: True, what="a cycle in between")
+        assert (data["state"], data["cause"]) == ("failed", "oom"), (data["state"], data["message"])
+        assert "OOM-killed" in data["message"]
+        assert not _job_conditions(kube, namespace, job_id) & {"FailureTarget", "Failed"}
     assert transitions(data) == [("queued", "running"), ("running", "failed")], transitions(data)

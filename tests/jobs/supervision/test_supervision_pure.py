@@ -289,3 +289,28 @@ def test_the_runtime_copy_sets_no_jobset_ttl() -> None:
     )
     assert "ttlSecondsAfterFinished" not in copy["spec"]["template"]["spec"]
     assert runtime["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] == 60  # the original untouched
+
+
+def test_a_job_that_ran_stays_running_while_its_pods_go_and_no_failure_is_written_yet() -> None:
+    """Its pods seen running by an earlier cycle are being deleted (no condition says why yet): the job does
+    not go back to queued (issue 18 item 12); a suspended TrainJob (Kueue's requeue) still reads queued."""
+    running = condense_pod(_chain_pod(f"{NAME}-node-0-0-aaaaa", 0), "dispatch.dev")
+    deleting = _chain_pod(f"{NAME}-node-0-0-aaaaa", 0)
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-30T10:00:07Z"
+    watched = [
+        Watched(
+            key=(JOB, 1),
+            namespace=NS,
+            trainjob_name=NAME,
+            memory={running["uid"]: running},
+            identity_warned=False,
+        )
+    ]
+    now = datetime(2026, 11, 30, 10, 0, 8, tzinfo=UTC)
+    objects = [*_observed_objects(failed=False), deleting]
+    status = derive_all(StaticIndex(objects, ["dispatch.dev"]), watched, now=now, thresholds=Thresholds())
+    assert status[(JOB, 1)].state == "running"
+    suspended = [dict(o) for o in objects]
+    suspended[0] = {**suspended[0], "spec": {"suspend": True}}
+    requeued = derive_all(StaticIndex(suspended, ["dispatch.dev"]), watched, now=now, thresholds=Thresholds())
+    assert requeued[(JOB, 1)].state == "queued"
