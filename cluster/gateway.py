@@ -351,6 +351,9 @@ JOBS = Resource("Job", "batch", "v1", "jobs")
 PODS = Resource("Pod", "", "v1", "pods")
 EVENTS = Resource("Event", "", "v1", "events")
 NODES = Resource("Node", "", "v1", "nodes", namespaced=False)
+# Kueue's Workloads (v1beta2, the storage version of v0.19): one more Resource to list and watch per namespace
+# once Kueue is installed (jobs.supervision.grouping already counts those the TrainJob owns).
+WORKLOADS = Resource("Workload", "kueue.x-k8s.io", "v1beta2", "workloads")
 
 
 class Traffic:

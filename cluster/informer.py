@@ -2,7 +2,10 @@
 
 Like client-go's: list, then watch from the list's resourceVersion (with bookmarks, so a quiet watch keeps
 its place); a 410 Gone (the place expired) lists afresh; a full re-list every `relist_seconds` guards against
-an event the watch could have missed. Between re-lists nothing is listed: the copy follows the watch. Objects
+an event the watch could have missed. That periodic re-list runs beside the watch, which goes on (a re-list
+of thousands of pods takes seconds on a busy API server, and changes must not wait for it): it corrects only
+the objects the watch did not touch meanwhile. Between re-lists nothing is listed: the copy follows the
+watch. Objects
 are kept in a store by UID with indices (name, owner UID, ...), and each change is reported to `on_change`
 (ADDED, MODIFIED, DELETED with the last state seen; a re-list reports what it finds changed).
 
@@ -100,6 +103,8 @@ class Informer:
         self._index: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
         self._version = ""
         self._listed_at = 0.0
+        self._relisting = False
+        self._touched: set[str] = set()  # objects the watch changed while a periodic re-list ran
         self._stop = threading.Event()
         self._stream: gateway.WatchStream | None = None
         self._thread: threading.Thread | None = None
@@ -170,9 +175,11 @@ class Informer:
         wait = 1.0
         while not self._stop.is_set():
             try:
-                due = time.monotonic() - self._listed_at >= self.relist_seconds
-                if not self._version or due:
+                if not self._version:
                     self._list()
+                elif time.monotonic() - self._listed_at >= self.relist_seconds and not self._relisting:
+                    self._relisting = True
+                    threading.Thread(target=self._relist, name=f"relist {self.name}", daemon=True).start()
                 self._watch()
                 wait = 1.0
             except Expired:
@@ -229,9 +236,52 @@ class Informer:
         self.synced.set()
         self._report(changes)
 
+    def _relist(self) -> None:
+        """The periodic re-list, beside the watch: objects the watch touched meanwhile keep its word."""
+        try:
+            with self._lock:
+                self._touched = set()
+            listed = gateway.list_objects(
+                self.resource,
+                self.namespace,
+                label_selector=self.label_selector,
+                field_selector=self.field_selector,
+            )
+            self.lists += 1
+            if self._stop.is_set():
+                return
+            fresh = {}
+            for raw in listed.items:
+                if self._keep(raw):
+                    obj = self._trim(raw)
+                    fresh[uid_of(obj)] = obj
+            changes: list[tuple[str, Obj, Obj | None]] = []
+            with self._lock:
+                touched = self._touched
+                for uid, old in list(self._store.items()):
+                    if uid not in fresh and uid not in touched:
+                        self._deleted(old)
+                        self._remove(uid)
+                        changes.append((DELETED, old, old))  # a deletion the watch missed: its last state
+                for uid, obj in fresh.items():
+                    before = self._store.get(uid)
+                    if uid not in touched and (before is None or version_of(before) != version_of(obj)):
+                        self._put(uid, obj)
+                        changes.append((ADDED if before is None else MODIFIED, obj, before))
+            self._report(changes)
+        except ClusterError as exc:
+            logger.info("informer %s: periodic re-list: %s (the watch goes on)", self.name, exc)
+        except Exception:
+            logger.exception("informer %s: periodic re-list", self.name)
+        finally:
+            self._listed_at = time.monotonic()
+            self._relisting = False
+
     def _watch(self) -> None:
         remaining = self.relist_seconds - (time.monotonic() - self._listed_at)
-        seconds = max(1, min(self.watch_seconds, int(remaining)))
+        seconds = (
+            self.watch_seconds if self._relisting else max(1, min(self.watch_seconds, int(remaining) + 1))
+        )
         stream = gateway.open_watch(
             self.resource,
             self.namespace,
@@ -261,6 +311,8 @@ class Informer:
     def _apply(self, kind: str, raw: Obj) -> tuple[str, Obj, Obj | None] | None:
         uid = uid_of(raw)
         with self._lock:
+            if self._relisting:
+                self._touched.add(uid)
             old = self._store.get(uid)
             if kind == DELETED or not self._keep(raw):
                 if old is None and kind != DELETED:

@@ -186,6 +186,7 @@ def supervisor_main(fault: str) -> None:
                 "prepare_cpu_ms",
                 "resynced",
                 "error",
+                "phases_ms",
             )
         }
         line["at"] = time.time()
@@ -227,6 +228,10 @@ class Supervisor:
                 continue
             with self._lock:
                 self.lines.append(line)
+
+    def save(self, path: Path) -> None:
+        with self._lock:
+            path.write_text("".join(json.dumps(line) + "\n" for line in self.lines))
 
     def since(self, at: float) -> list[dict[str, Any]]:
         with self._lock:
@@ -328,12 +333,14 @@ def _wait_running(core: Any, jobs: set[str], timeout: float = 1800) -> None:
     raise RuntimeError(f"not all running after {timeout} s: {last}")
 
 
-def _quiet(supervisor: Supervisor, timeout: float = 600) -> list[dict[str, Any]]:
-    """QUIET_CYCLES consecutive cycles that derived nothing (the last tracking resync not among them)."""
+def _quiet(
+    supervisor: Supervisor, timeout: float = 600, count: int = QUIET_CYCLES, since: float | None = None
+) -> list[dict[str, Any]]:
+    """`count` consecutive cycles (ended after `since`) that derived nothing, none a tracking resync."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        recent = supervisor.since(time.time() - 60)[-QUIET_CYCLES:]
-        if len(recent) == QUIET_CYCLES and all(r["derived"] == 0 and not r["resynced"] for r in recent):
+        recent = supervisor.since(time.time() - 60 if since is None else since)[-count:]
+        if len(recent) == count and all(r["derived"] == 0 and not r["resynced"] for r in recent):
             return recent
         time.sleep(INTERVAL)
     raise RuntimeError("no quiet cycles")
@@ -400,7 +407,7 @@ def _changed(failed_at: dict[str, float], timeout: float = 120) -> dict[str, flo
         for pk, state in states:
             if state != JobState.RUNNING:
                 changed[pk] = now
-        time.sleep(0.02)
+        time.sleep(0.05)
     return changed
 
 
@@ -451,6 +458,7 @@ def watch_bench(kubeconfig: str, owner: Any) -> list[dict[str, Any]]:
             failed_at = _fail_pods(core, running, count)
             changed = _changed(failed_at)
             latencies = sorted(changed[j] - failed_at[j] for j in changed)
+            _quiet(supervisor, count=1, since=time.time())  # the cycles that wrote the changes have reported
             after = supervisor.since(mark)
             states = dict(Job.objects.filter(pk__in=failed_at).values_list("pk", "state"))
             rows.append(
@@ -485,6 +493,9 @@ def watch_bench(kubeconfig: str, owner: Any) -> list[dict[str, Any]]:
             running = [j for j in running if j not in failed_at]
     finally:
         supervisor.stop()
+        out = REPO / "var" / "bench"
+        out.mkdir(parents=True, exist_ok=True)
+        supervisor.save(out / f"supervisor-cycles{'-' + FAULT if FAULT else ''}.jsonl")
         _cleanup(api_client, nodes)
     return rows
 

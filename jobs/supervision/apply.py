@@ -90,21 +90,24 @@ def apply_status(
     digest: str = "",
     observed_at: datetime | None = None,
     tombstone_ids: list[int] | None = None,
+    job_id: str | None = None,
 ) -> tuple[bool, bool]:
     """Write one execution's derived status: (its state changed, it is still supervised). Compare-and-set
     under row locks (job, then execution: the order every writer uses), so a second supervisor with the same
     observation finds nothing left to do, and one with an older observation (`observed_at`, when the cluster
-    was read) is refused. The tombstones the status used are deleted in the same transaction."""
+    was read) is refused. The tombstones the status used are deleted in the same transaction. A few round
+    trips: a failure is written within a second of being seen even when many fail at once."""
     now = timezone.now()
     observed_at = observed_at or now
     digest = digest or _digest(status)
     used = list(tombstone_ids or [])
     with transaction.atomic():
-        execution = Execution.objects.filter(pk=execution_id).only("job_id").first()
-        if execution is None:
-            return False, False
-        job = Job.objects.select_for_update().filter(pk=execution.job_id).first()
-        execution = Execution.objects.select_for_update().filter(pk=execution_id).first()
+        if job_id is None:
+            job_id = Execution.objects.filter(pk=execution_id).values_list("job_id", flat=True).first()
+            if job_id is None:
+                return False, False
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        execution = Execution.objects.select_for_update().filter(pk=execution_id, job_id=job_id).first()
         if job is None or execution is None:
             return False, False
         if (
@@ -144,10 +147,6 @@ def apply_status(
             fields["started_at"] = now
         if status.terminal:
             fields["finished_at"] = now
-        Execution.objects.filter(pk=execution.pk).update(**fields)
-        consume_tombstones(used)
-        _record_findings(job.pk, execution, status)
-
         job_fields: dict[str, Any] = {
             "cause": status.cause or "",
             "message": status.message,
@@ -161,93 +160,111 @@ def apply_status(
             "unknown_since": None,
             "updated_at": now,
         }
-        if not changed:
-            Job.objects.filter(pk=job.pk).update(**job_fields)
-            return False, True
-
-        from_state = job.state if job.state == JobState.UNKNOWN else old_state
+        events = _finding_events(job.pk, execution, status)
         decision = None
-        if status.state == JobState.FAILED:
-            earlier = list(
-                Execution.objects.filter(job_id=job.pk, attempt__lt=execution.attempt).values_list(
-                    "cause", flat=True
+        delete = False
+        if changed:
+            from_state = job.state if job.state == JobState.UNKNOWN else old_state
+            if status.state == JobState.FAILED:
+                earlier = list(
+                    Execution.objects.filter(job_id=job.pk, attempt__lt=execution.attempt).values_list(
+                        "cause", flat=True
+                    )
+                )
+                policy = job.recovery_policy or recovery.resolve(
+                    None, (job.spec or {}).get("recovery_policy")
+                )
+                decision = recovery.decide(policy, earlier, status.cause or "")
+            events.append(
+                _new_event(
+                    job.pk,
+                    execution.attempt,
+                    "transition",
+                    status.message or f"{from_state} → {status.state}",
+                    from_state=from_state,
+                    to_state=status.state,
+                    cause=status.cause or "",
+                    details={"evidence": status.evidence, "queued_reason": status.queued_reason},
                 )
             )
-            policy = job.recovery_policy or recovery.resolve(None, (job.spec or {}).get("recovery_policy"))
-            decision = recovery.decide(policy, earlier, status.cause or "")
-        _event(
-            job.pk,
-            execution.attempt,
-            "transition",
-            status.message or f"{from_state} → {status.state}",
-            from_state=from_state,
-            to_state=status.state,
-            cause=status.cause or "",
-            details={"evidence": status.evidence, "queued_reason": status.queued_reason},
-        )
-        if decision is not None and decision.retry:
-            until = now + timedelta(seconds=decision.backoff_seconds)
-            message = (
-                f"attempt {execution.attempt} failed ({status.cause}: {status.message}); attempt "
-                f"{execution.attempt + 1} starts after {decision.backoff_seconds} s ({decision.why}) once "
-                f"attempt {execution.attempt}'s pods have stopped"
-            )
-            job_fields.update(
-                state=JobState.PENDING,
-                state_changed_at=now,
-                message=message,
-                queued_reason={
-                    "reason": RETRY_BACKOFF,
-                    "message": message,
-                    "since": now.isoformat(),
-                    "until": until.isoformat(),
-                    "cause": status.cause,
-                },
-            )
-            Job.objects.filter(pk=job.pk).update(**job_fields)
-            _event(
-                job.pk,
-                execution.attempt,
-                "retry",
-                message,
-                from_state=status.state,
-                to_state=JobState.PENDING,
-                cause=status.cause or "",
-                details={"backoff_seconds": decision.backoff_seconds, "why": decision.why},
-            )
-            _request_delete(execution_id, now)
-            return True, False
-        job_fields.update(state=status.state, state_changed_at=now)
-        if decision is not None:
-            job_fields["message"] = (
-                f"{status.message} (not retried: {decision.why})" if status.message else ""
-            )
-        Job.objects.filter(pk=job.pk).update(**job_fields)
-        if status.stop or status.state == JobState.FAILED:
+            job_fields.update(state=status.state, state_changed_at=now)
+            if decision is not None and decision.retry:
+                until = now + timedelta(seconds=decision.backoff_seconds)
+                message = (
+                    f"attempt {execution.attempt} failed ({status.cause}: {status.message}); attempt "
+                    f"{execution.attempt + 1} starts after {decision.backoff_seconds} s ({decision.why}) "
+                    f"once attempt {execution.attempt}'s pods have stopped"
+                )
+                job_fields.update(
+                    state=JobState.PENDING,
+                    message=message,
+                    queued_reason={
+                        "reason": RETRY_BACKOFF,
+                        "message": message,
+                        "since": now.isoformat(),
+                        "until": until.isoformat(),
+                        "cause": status.cause,
+                    },
+                )
+                events.append(
+                    _new_event(
+                        job.pk,
+                        execution.attempt,
+                        "retry",
+                        message,
+                        from_state=status.state,
+                        to_state=JobState.PENDING,
+                        cause=status.cause or "",
+                        details={"backoff_seconds": decision.backoff_seconds, "why": decision.why},
+                    )
+                )
+            elif decision is not None:
+                job_fields["message"] = (
+                    f"{status.message} (not retried: {decision.why})" if status.message else ""
+                )
             # Every terminal failure deletes the TrainJob (a Job's FailureTarget leaves healthy ranks running
             # until their JobSet fails), and so does a stop dispatch decided (a waiting cause ran out, the
-            # promise broke, the runtime is gone).
-            _request_delete(execution_id, now)
-    return True, not status.terminal
+            # promise broke, the runtime is gone), and so does a retry (A+1 is a new TrainJob).
+            delete = status.stop or status.state == JobState.FAILED
+        if delete:
+            # Recorded first, so the stale sweep redoes it if the message is lost.
+            fields.update(delete_requested_at=now, objects_removed_at=None)
+        Execution.objects.filter(pk=execution.pk).update(**fields)
+        Job.objects.filter(pk=job.pk).update(**job_fields)
+        if events:
+            JobEvent.objects.bulk_create(events)
+        consume_tombstones(used)
+        if delete:
+            transaction.on_commit(enqueue.on_commit_send(enqueue.EXECUTION_DELETE, execution_id), robust=True)
+    if not changed:
+        return False, True
+    return True, not status.terminal and not (decision is not None and decision.retry)
 
 
-def _record_findings(job_id: str, execution: Execution, status: DerivedStatus) -> None:
+def _new_event(job_id: str, attempt: int | None, kind: str, message: str, **fields: Any) -> JobEvent:
+    details = fields.pop("details", {})
+    return JobEvent(job_id=job_id, attempt=attempt, kind=kind, message=message, details=details, **fields)
+
+
+def _finding_events(job_id: str, execution: Execution, status: DerivedStatus) -> list[JobEvent]:
     """New identity findings go on the timeline when they appear, whatever the state: a job that completed
     (Complete wins the state) still shows the rank that ran twice."""
     known = {_finding_key(f) for f in execution.identity_findings or []}
     new = [f for f in status.identity_findings if _finding_key(f) not in known]
     if not new:
-        return
+        return []
     unexpected = [f for f in new if not f.get("expected")]
     what = "identity finding" if len(new) == 1 else f"{len(new)} identity findings"
-    _event(
-        job_id,
-        execution.attempt,
-        "identity",
-        f"{what}: " + "; ".join(f["why"] for f in new),
-        cause="identity-violation" if unexpected else "",
-        details={"findings": new},
-    )
+    return [
+        _new_event(
+            job_id,
+            execution.attempt,
+            "identity",
+            f"{what}: " + "; ".join(f["why"] for f in new),
+            cause="identity-violation" if unexpected else "",
+            details={"findings": new},
+        )
+    ]
 
 
 def _mark_unknown(execution: Execution, error: str, read_at: datetime | None = None) -> int:
@@ -352,9 +369,3 @@ def _say_waiting_for_pods(job: Job, running: list[str], problem: str) -> None:
     Job.objects.filter(
         pk=job.pk, state=JobState.PENDING, current_attempt=attempt, queued_reason__reason=RETRY_BACKOFF
     ).update(queued_reason=reason, message=message, updated_at=timezone.now())
-
-
-def _request_delete(execution_id: int, now: datetime) -> None:
-    """Remove the attempt's objects: recorded first, so the stale sweep redoes it if the message is lost."""
-    Execution.objects.filter(pk=execution_id).update(delete_requested_at=now, objects_removed_at=None)
-    transaction.on_commit(enqueue.on_commit_send(enqueue.EXECUTION_DELETE, execution_id), robust=True)

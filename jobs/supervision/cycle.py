@@ -100,6 +100,7 @@ class CycleReport:
     duration_ms: int = 0
     cpu_ms: float = 0.0  # CPU time of the thread that ran the cycle
     prepare_cpu_ms: float = 0.0  # the supervisor's tracking before the cycle (jobs.supervision.watch)
+    phases_ms: dict[str, float] = field(default_factory=dict)  # wall time per step of the cycle
     resynced: bool = False  # that tracking read the whole active set this time (every RESYNC_SECONDS)
 
 
@@ -328,13 +329,28 @@ def supervise(*, name: str = "supervisor", source: Source | None = None) -> Cycl
     return report
 
 
+class _Phases:
+    def __init__(self, report: CycleReport) -> None:
+        self._report = report
+        self._at = time.monotonic()
+
+    def __call__(self, name: str) -> None:
+        now = time.monotonic()
+        self._report.phases_ms[name] = round((now - self._at) * 1000, 2)
+        self._at = now
+
+
 def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
+    phase = _Phases(report)
     report.retries_started = _start_due_retries()
+    phase("retries")
     executions = source.due()
     report.executions = source.active()
+    phase("due")
     if not executions:
         return
     observation = source.observe(executions)
+    phase("observe")
     failures = sorted({m for failed in observation.errors.values() for m in failed.values()})
     if failures:
         report.error = f"{len(failures)} read(s) failed: " + "; ".join(failures)
@@ -366,8 +382,10 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
         )
         for e in judged
     ]
+    phase("unknown")
     with _no_cyclic_gc():
         groups = {w.key: owned_objects(observation.source, w) for w in watched}
+    phase("group")
     # The tombstones after the copy was read: a pod missing from it was already kept as one (the watch
     # records the tombstone before the pod leaves its copy).
     source.flush()
@@ -375,7 +393,9 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
     dead = {w.key: [pod for _, pod in tombstones.get(e.pk, [])] for w, e in zip(watched, judged, strict=True)}
     for item in watched:
         _add_events_of(groups[item.key], observation.source, item, _uids(dead[item.key]))
+    phase("tombstones")
     nodes, unread, node_errors = _read_nodes(groups, watched, dead)
+    phase("nodes")
     statuses = derive_grouped(
         groups,
         watched,
@@ -386,7 +406,12 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
         tombstones=dead,
     )
     report.derived = len(statuses)
-    for execution, item in zip(judged, watched, strict=True):
+    phase("derive")
+    # State changes first: when many executions changed at once, a failure is written before memory updates.
+    order = sorted(
+        zip(judged, watched, strict=True), key=lambda pair: statuses[pair[1].key].state == pair[0].state
+    )
+    for execution, item in order:
         status = statuses[item.key]
         failed = observation.errors.get(execution.job.namespace, {})
         if EVENT in failed:
@@ -412,9 +437,11 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
             digest=digest,
             observed_at=observation.read_at,
             tombstone_ids=used,
+            job_id=execution.job_id,
         )
         report.transitions += int(changed)
         source.derived(execution, status, supervised)
+    phase("apply")
 
 
 def _add_events_of(grouped: Grouped, source: ObjectSource, item: Watched, uids: Iterable[str]) -> None:

@@ -21,6 +21,7 @@ from jobs.naming import trainjob_name_prefix
 
 Obj = Mapping[str, Any]
 TRAINJOB, JOBSET, JOB, POD, EVENT = "TrainJob", "JobSet", "Job", "Pod", "Event"
+WORKLOAD = "Workload"  # Kueue's, owned by the TrainJob (a controller ownerReference), once Kueue is read
 LABELLED_KINDS = (TRAINJOB, JOBSET, JOB, POD)
 
 
@@ -124,6 +125,7 @@ def owned_objects(source: ObjectSource, item: Watched, also_about: Iterable[str]
     trainjob = trainjobs[0] if trainjobs else None
     if trainjob is not None:
         chain.append(trainjob)
+        chain.extend(w for w in source.owned_by(WORKLOAD, ns, uid(trainjob)) if _owned(w, trainjob, TRAINJOB))
         jobsets = [j for j in source.owned_by(JOBSET, ns, uid(trainjob)) if _owned(j, trainjob, TRAINJOB)]
         for jobset in jobsets:
             chain.append(jobset)

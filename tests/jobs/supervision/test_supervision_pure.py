@@ -314,3 +314,46 @@ def test_a_job_that_ran_stays_running_while_its_pods_go_and_no_failure_is_writte
     suspended[0] = {**suspended[0], "spec": {"suspend": True}}
     requeued = derive_all(StaticIndex(suspended, ["dispatch.dev"]), watched, now=now, thresholds=Thresholds())
     assert requeued[(JOB, 1)].state == "queued"
+
+
+def test_a_kueue_workload_counts_when_the_trainjob_owns_it() -> None:
+    """Kueue's Workload is one more kind in the owner chain (a controller ownerReference to the TrainJob):
+    once a source reads Workloads, the derivation's Kueue branches see it; one owned by another TrainJob of
+    the same name (another UID) does not count."""
+    evicted = {
+        "type": "Evicted",
+        "status": "True",
+        "reason": "Preempted",
+        "message": "Preempted to accommodate a workload",
+        "lastTransitionTime": "2026-11-30T10:00:05Z",
+    }
+    ours = {
+        "kind": "Workload",
+        "metadata": {
+            "namespace": NS,
+            "name": f"trainjob-{NAME}-1a2b3",
+            "uid": "wl-1",
+            **_owner("TrainJob", NAME),
+        },
+        "status": {"conditions": [evicted]},
+    }
+    theirs = {
+        **ours,
+        "metadata": {
+            **ours["metadata"],
+            "uid": "wl-2",
+            "ownerReferences": [{"kind": "TrainJob", "name": NAME, "uid": "another-uid", "controller": True}],
+        },
+    }
+    objects = _observed_objects(failed=False)
+    objects[0] = {**objects[0], "spec": {"suspend": True}}
+    watched = [Watched(key=(JOB, 1), namespace=NS, trainjob_name=NAME, memory={}, identity_warned=False)]
+    now = datetime(2026, 11, 30, 10, 0, 8, tzinfo=UTC)
+    with_ours = derive_all(
+        StaticIndex([*objects, ours], ["dispatch.dev"]), watched, now=now, thresholds=Thresholds()
+    )
+    assert (with_ours[(JOB, 1)].state, with_ours[(JOB, 1)].cause) == ("queued", "preempted")
+    only_theirs = derive_all(
+        StaticIndex([*objects, theirs], ["dispatch.dev"]), watched, now=now, thresholds=Thresholds()
+    )
+    assert only_theirs[(JOB, 1)].cause is None

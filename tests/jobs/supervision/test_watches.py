@@ -188,6 +188,39 @@ def test_an_informer_lists_once_then_watches_and_lists_afresh_after_410_gone(
         informer.stop()
 
 
+@pytest.mark.django_db
+def test_the_periodic_relist_runs_beside_the_watch_and_restores_what_the_copy_lost(
+    namespace: str, kube: Any, dispatch_on_cluster: str
+) -> None:
+    """An event the watch missed cannot be had on demand: the copy loses a pod (dropped by hand), and the
+    periodic re-list (asked for now) brings it back, while the watch goes on delivering."""
+    changes: list[tuple[str, str]] = []
+    informer = Informer(
+        gateway.PODS,
+        namespace,
+        on_change=lambda kind, obj, old: changes.append((kind, obj["metadata"]["name"])),
+        indexers={"name": lambda o: [o["metadata"]["name"]]},
+    ).start()
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "spec": {"containers": [{"name": "c", "image": "localhost/x:v1"}]},
+    }
+    try:
+        kube.core.create_namespaced_pod(namespace, {**pod, "metadata": {"name": "kept"}})
+        assert informer.synced.wait(30)
+        wait_for(lambda: informer.by_index("name", "kept"), timeout=30, what="the pod in the copy")
+        assert informer.purge(lambda o: o["metadata"]["name"] == "kept") == 1
+        informer.relist_now()
+        wait_for(lambda: informer.by_index("name", "kept"), timeout=30, what="the re-list restored it")
+        assert informer.lists == 2 and not informer.error
+        kube.core.create_namespaced_pod(namespace, {**pod, "metadata": {"name": "later"}})
+        wait_for(lambda: ("ADDED", "later") in changes, timeout=30, what="the watch goes on")
+        assert informer.lists == 2
+    finally:
+        informer.stop()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_finished_executions_leave_the_cache_and_an_idle_namespace_is_not_watched(
     submitter: tuple[User, str], namespace: str, runtime_on: Any, kube: Any
