@@ -163,6 +163,14 @@ class Informer:
         if stream is not None:
             stream.close()
 
+    def purge_indexed(self, index: str, value: str) -> int:
+        """Forget the objects an index lists under `value` (no scan of the whole copy)."""
+        with self._lock:
+            gone = list(self._index[index].get(value, ()))
+            for uid in gone:
+                self._remove(uid)
+        return len(gone)
+
     def purge(self, drop: Callable[[Obj], bool]) -> int:
         """Forget the objects `drop` selects (no longer needed); a re-list may bring them back."""
         with self._lock:

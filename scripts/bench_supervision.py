@@ -196,9 +196,19 @@ def supervisor_main(fault: str) -> None:
             line["cached"] = source.cached_objects()
         print(json.dumps(line), flush=True)
 
+    profile = os.environ.get("BENCH_SUPERVISION_PROFILE", "")
+    profiler = None
+    if profile:  # the cycles' thread only (cProfile follows one thread)
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     run_forever(
         lambda: stop["now"], interval=interval, watch=source is not None, on_cycle=stats, source=source
     )
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(profile)
     if source is not None:
         source.close()
 

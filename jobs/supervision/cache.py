@@ -188,6 +188,7 @@ class CacheSource:
         self.wake = threading.Event()
         self._tracked: dict[int, Tracked] = {}
         self._by_key: dict[Key, int] = {}
+        self._per_namespace: dict[str, int] = {}  # tracked executions per namespace
         self._unsubmitted: set[int] = set()
         self._max_pk = 0
         self._resynced_at = 0.0
@@ -401,24 +402,13 @@ class CacheSource:
             ).values_list("job_id", "attempt")
         )
         now = time.monotonic()
-        ended = keys - active
+        ended = sorted(keys - active)
         with self._lock:
             for key in ended:
                 self._finished[key] = now
             namespaces = list(self._namespaces.values())
-        if not ended:
-            return
-        names = {f"{job_id}-{attempt}" for job_id, attempt in ended}
-
-        def events(event: Mapping[str, Any]) -> bool:
-            return _event_prefix(event) in names
-
-        def objects_of(domain: str) -> Callable[[Mapping[str, Any]], bool]:
-            return lambda obj: label_key(obj, domain) in ended
-
         for watched in namespaces:
-            for (kind, domain), informer in list(watched.informers.items()):
-                informer.purge(events if kind == EVENT else objects_of(domain))
+            _purge(watched, ended)
 
     def _track(self, item: Tracked) -> None:
         with self._lock:
@@ -426,6 +416,7 @@ class CacheSource:
                 return
             self._tracked[item.pk] = item
             self._by_key[item.key] = item.pk
+            self._per_namespace[item.namespace] = self._per_namespace.get(item.namespace, 0) + 1
             self._finished.pop(item.key, None)
             self._dirty.add(item.key)
             self._watch(item.namespace, item.domain)
@@ -440,23 +431,18 @@ class CacheSource:
             self._dirty.discard(item.key)
             self._finished[item.key] = time.monotonic()
             watched = self._namespaces.get(item.namespace)
-            still = any(t.namespace == item.namespace for t in self._tracked.values())
+            still = self._per_namespace[item.namespace] - 1
+            if still:
+                self._per_namespace[item.namespace] = still
+            else:
+                del self._per_namespace[item.namespace]
         if watched is None:
             return
         if not still:
             self._stop_namespace(item.namespace)
             return
         # The namespace stays watched for its other executions: this one's objects leave the copy.
-        name, key, domain = item.trainjob_name, item.key, item.domain
-
-        def events(event: Mapping[str, Any]) -> bool:
-            return _event_prefix(event) == name
-
-        def objects(obj: Mapping[str, Any]) -> bool:
-            return label_key(obj, domain) == key
-
-        for (kind, _), informer in list(watched.informers.items()):
-            informer.purge(events if kind == EVENT else objects)
+        _purge(watched, [item.key])
 
     def _forget_finished(self) -> None:
         cutoff = time.monotonic() - FINISHED_FORGET_SECONDS
@@ -501,6 +487,7 @@ class CacheSource:
                     "involved": lambda e: [str(involved(e).get("uid") or "")],
                     # events_named: only Events without the UID of their object
                     "prefix": lambda e: [] if involved(e).get("uid") else [_event_prefix(e) or ""],
+                    "trainjob": lambda e: [_event_prefix(e) or ""],
                 },
                 on_change=self._event_changed(namespace),
                 relist_seconds=self.relist_seconds,
@@ -568,6 +555,16 @@ class CacheSource:
                     self._dead.append((pk, pod))
 
         return deleted
+
+
+def _purge(watched: _Namespace, keys: Iterable[Key]) -> None:
+    """The objects of these executions leave the namespace's copy (by index: no scan of the copy)."""
+    for job_id, attempt in keys:
+        for (kind, _), informer in list(watched.informers.items()):
+            if kind == EVENT:
+                informer.purge_indexed("trainjob", f"{job_id}-{attempt}")
+            else:
+                informer.purge_indexed("job", f"{job_id}/{attempt}")
 
 
 def _unique(groups: Iterable[list[Any]]) -> list[Any]:
