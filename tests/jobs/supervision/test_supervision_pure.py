@@ -327,7 +327,7 @@ def test_a_kueue_workload_counts_when_the_trainjob_owns_it() -> None:
         "message": "Preempted to accommodate a workload",
         "lastTransitionTime": "2026-11-30T10:00:05Z",
     }
-    ours = {
+    ours: dict[str, Any] = {
         "kind": "Workload",
         "metadata": {
             "namespace": NS,
