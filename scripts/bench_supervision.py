@@ -133,6 +133,7 @@ def supervisor_main(fault: str) -> None:
     django.setup()
     import signal
 
+    from cluster import gateway
     from jobs.management.commands.supervise import _rss_kib
     from jobs.supervision import cache as cache_module
     from jobs.supervision.cache import CacheSource
@@ -191,6 +192,7 @@ def supervisor_main(fault: str) -> None:
         }
         line["at"] = time.time()
         line["rss_kib"] = _rss_kib()
+        line["process_traffic"] = gateway.traffic.snapshot()
         if source is not None:
             line["informers"] = source.informer_count()
             line["cached"] = source.cached_objects()
@@ -346,11 +348,14 @@ def _wait_running(core: Any, jobs: set[str], timeout: float = 1800) -> None:
 def _quiet(
     supervisor: Supervisor, timeout: float = 600, count: int = QUIET_CYCLES, since: float | None = None
 ) -> list[dict[str, Any]]:
-    """`count` consecutive cycles (ended after `since`) that derived nothing, none a tracking resync."""
+    """`count` consecutive cycles (ended after `since`) of a settled cluster: nothing changed state, none was
+    a tracking resync. (With watches such a cycle derives nothing; a list-reading one derives everything.)"""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         recent = supervisor.since(time.time() - 60 if since is None else since)[-count:]
-        if len(recent) == count and all(r["derived"] == 0 and not r["resynced"] for r in recent):
+        if len(recent) == count and all(
+            r["transitions"] == 0 and not r["resynced"] and (r["derived"] == 0 or FAULT) for r in recent
+        ):
             return recent
         time.sleep(INTERVAL)
     raise RuntimeError("no quiet cycles")
@@ -462,6 +467,7 @@ def watch_bench(kubeconfig: str, owner: Any) -> list[dict[str, Any]]:
             time.sleep(10)
             idle_cpu = (supervisor.cpu_seconds() - cpu_window) / 10
             rss = supervisor.rss_kib()
+            traffic = quiet[-1].get("process_traffic", {})
             count = int(FAIL) if FAIL else max(1, round(size * RANKS / 100))
             _log(f"{size} jobs: {count} pod(s) fail ...")
             mark = time.time()
@@ -486,6 +492,7 @@ def watch_bench(kubeconfig: str, owner: Any) -> list[dict[str, Any]]:
                         "cached": quiet[-1].get("cached", 0),
                     },
                     "idle_cpu_per_s": idle_cpu,
+                    "process_traffic": traffic,
                     "rss_kib": rss,
                     "failures": count,
                     "changed": len(changed),
@@ -813,6 +820,7 @@ def checks(result: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
 
 def report_lines(result: dict[str, Any]) -> list[str]:
     fault = f" (deliberate fault: {result['fault']})" if result.get("fault") else ""
+    notes: list[str] = []
     lines = ["", f"## Supervision{fault}", ""]
     lines += [
         "One supervisor process (the `manage.py supervise` loop: informers per namespace, a cycle on change "
@@ -825,11 +833,18 @@ def report_lines(result: dict[str, Any]) -> list[str]:
     ]
     for r in result["watch"]:
         q = r["quiet"]
+        t = r.get("process_traffic") or {}
+        notes.append(
+            f"{r['jobs']} jobs: since the supervisor started, {t.get('lists', 0)} list calls (each "
+            f"informer's first list, its pages, re-lists), {t.get('watches', 0)} watch requests, "
+            f"{t.get('bytes_received', 0) / 1e6:.1f} MB received"
+        )
         lines.append(
             f"| {r['jobs']} | {r['pods']} | {q['api_requests']} ({q['lists']}) | {q['gets']} | {q['bytes']} "
             f"| {q['cpu_ms']:.2f} | {q['prepare_cpu_ms']:.2f} | {q['informers']} / {q['cached']} "
             f"| {r['idle_cpu_per_s'] * 1000:.1f} | {r['rss_kib'] / 1024:.0f} |"
         )
+    lines += ["", *[f"- {note}" for note in notes]]
     lines += [
         "",
         "| jobs | pods failed (1 %) | jobs changed | p50 s | p95 s | max s | cycles until all changed: "
