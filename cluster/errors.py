@@ -33,6 +33,10 @@ class Rejected(ClusterError):
     """The API server or an admission webhook refused the request (4xx): retrying will not help."""
 
 
+class Expired(Rejected):
+    """410 Gone: a watch or list asked for a resourceVersion the API server no longer keeps; list afresh."""
+
+
 class Conflict(ClusterError):
     """A write raced with another writer (409 on update): re-read and try again."""
 

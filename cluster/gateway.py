@@ -18,7 +18,15 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError, MaxRetryError, NewConnectionError
 
 from cluster.client import api_client, request_timeout
-from cluster.errors import AlreadyExists, ClusterError, ClusterUnavailable, Conflict, NotFound, Rejected
+from cluster.errors import (
+    AlreadyExists,
+    ClusterError,
+    ClusterUnavailable,
+    Conflict,
+    Expired,
+    NotFound,
+    Rejected,
+)
 from dispatch_site import metrics
 from dispatch_site.readcache import ReadCache
 
@@ -85,6 +93,8 @@ def translate(exc: ApiException, what: str) -> ClusterError:
         return AlreadyExists(what, message, status=status)
     if status == 409:
         return Conflict(what, message, status=status)
+    if status == 410:
+        return Expired(what, message, status=status)
     if status == 429 or status >= 500 or status == 0:
         return ClusterUnavailable(what, message or "no answer", status=status)
     return Rejected(what, message, status=status)
@@ -358,19 +368,6 @@ def list_namespaced(kind: str, namespace: str | None, label_selector: str = "") 
 # ---------------------------------------------------------------- supervision reads
 
 
-@dataclass(frozen=True)
-class Observed:
-    """Everything the supervisor reads in one cycle: dispatch's objects across the cluster (label-selected)
-    plus the Events and Nodes that explain them. Each item is plain data with its `kind` set."""
-
-    trainjobs: list[dict[str, Any]]
-    jobsets: list[dict[str, Any]]
-    jobs: list[dict[str, Any]]
-    pods: list[dict[str, Any]]
-    events: list[dict[str, Any]]
-    nodes: list[dict[str, Any]]
-
-
 def raw_list(what: str, kind: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
     """One list call, its JSON parsed directly (the generated models cost more than the call on big lists)."""
     response = call_api(what, fn, *args, _preload_content=False, **kwargs)
@@ -384,74 +381,267 @@ def raw_list(what: str, kind: str, fn: Callable[..., Any], *args: Any, **kwargs:
     return items
 
 
-def list_supervised(label_key: str, namespace: str | None = None) -> Observed:
-    """Six list calls however many jobs there are: TrainJobs, JobSets, Jobs and Pods carrying `label_key`,
-    and the Events and Nodes. With `namespace` the namespaced kinds are read from it alone."""
-    api_custom, api_core = custom(), core()
-    batch = client.BatchV1Api(api_client())
-    selector = label_key
-    where = f" in {namespace}" if namespace else ""
+@dataclass(frozen=True)
+class Resource:
+    """A kind supervision reads, addressed by its API path (one generic list, watch and get for all of them,
+    so a Kueue Workload is one more Resource)."""
 
-    def custom_list(plural: str, kind: str, group: str, version: str) -> list[dict[str, Any]]:
-        if namespace:
-            return raw_list(
-                f"{kind}s{where}",
-                kind,
-                api_custom.list_namespaced_custom_object,
-                group,
-                version,
-                namespace,
-                plural,
-                label_selector=selector,
-            )
-        return raw_list(
-            f"{kind}s",
-            kind,
-            api_custom.list_cluster_custom_object,
-            group,
-            version,
-            plural,
-            label_selector=selector,
-        )
+    kind: str
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    namespaced: bool = True
 
-    trainjobs = custom_list("trainjobs", "TrainJob", TRAINER_GROUP, TRAINER_VERSION)
-    jobsets = custom_list("jobsets", "JobSet", JOBSET_GROUP, JOBSET_VERSION)
-    if namespace:
-        jobs = raw_list(f"Jobs{where}", "Job", batch.list_namespaced_job, namespace, label_selector=selector)
-        pods = raw_list(
-            f"Pods{where}", "Pod", api_core.list_namespaced_pod, namespace, label_selector=selector
-        )
-        events = raw_list(f"Events{where}", "Event", api_core.list_namespaced_event, namespace)
-    else:
-        jobs = raw_list("Jobs", "Job", batch.list_job_for_all_namespaces, label_selector=selector)
-        pods = raw_list("Pods", "Pod", api_core.list_pod_for_all_namespaces, label_selector=selector)
-        events = raw_list("Events", "Event", api_core.list_event_for_all_namespaces)
-    nodes = raw_list("Nodes", "Node", api_core.list_node)
-    return Observed(trainjobs=trainjobs, jobsets=jobsets, jobs=jobs, pods=pods, events=events, nodes=nodes)
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        return f"{base}/{name}" if name else base
+
+    def what(self, namespace: str | None = None) -> str:
+        return f"{self.kind}s in {namespace}" if namespace else f"{self.kind}s"
 
 
-def watch_pods(
-    label_key: str, *, timeout_seconds: int, resource_version: str = ""
-) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Pod changes across the cluster for pods carrying `label_key`: (ADDED|MODIFIED|DELETED|BOOKMARK, pod).
-    Ends after timeout_seconds (the server closes the watch). A DELETED event carries the pod's last state:
-    the evidence of a preemption, eviction or lost node that a periodic list can miss."""
-    from kubernetes import watch
+TRAINJOBS = Resource("TrainJob", TRAINER_GROUP, TRAINER_VERSION, "trainjobs")
+JOBSETS = Resource("JobSet", JOBSET_GROUP, JOBSET_VERSION, "jobsets")
+JOBS = Resource("Job", "batch", "v1", "jobs")
+PODS = Resource("Pod", "", "v1", "pods")
+EVENTS = Resource("Event", "", "v1", "events")
+NODES = Resource("Node", "", "v1", "nodes", namespaced=False)
+# Kueue's Workloads (v1beta2, the storage version of v0.19): one more Resource to list and watch per namespace
+# once Kueue is installed (jobs.supervision.grouping already counts those the TrainJob owns).
+WORKLOADS = Resource("Workload", "kueue.x-k8s.io", "v1beta2", "workloads")
 
-    api = core()
-    stream = watch.Watch()
-    requests_made.add()
-    kwargs: dict[str, Any] = {
-        "label_selector": label_key,
-        "timeout_seconds": timeout_seconds,
-        "_request_timeout": (request_timeout()[0], timeout_seconds + 10),
-        "allow_watch_bookmarks": True,
-    }
+
+class Traffic:
+    """What this process asked the API server, by verb, and the bytes it received (make bench reports a
+    supervision cycle's share). `requests_made` keeps counting every request."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.lists = 0
+        self.watches = 0
+        self.gets = 0
+        self.bytes_received = 0
+
+    def add(self, verb: str, received: int = 0) -> None:
+        with self._lock:
+            if verb == "list":
+                self.lists += 1
+            elif verb == "watch":
+                self.watches += 1
+            elif verb == "get":
+                self.gets += 1
+            self.bytes_received += received
+
+    def received(self, count: int) -> None:
+        with self._lock:
+            self.bytes_received += count
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "lists": self.lists,
+                "watches": self.watches,
+                "gets": self.gets,
+                "bytes_received": self.bytes_received,
+            }
+
+
+traffic = Traffic()
+
+
+def _raw_get(api: client.ApiClient, path: str, query: list[tuple[str, Any]], timeout: Any) -> Any:
+    """GET path?query, its answer not read yet (a urllib3 HTTPResponse); non-2xx raises ApiException."""
+    params = api.param_serialize(
+        method="GET",
+        resource_path=path,
+        query_params=query,
+        header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+    )
+    response = api.call_api(*params, _request_timeout=timeout)
+    if not 200 <= response.status <= 299:
+        response.read()
+        raise ApiException.from_response(http_resp=response, body=None, data=None)
+    return response.response
+
+
+def _selectors(label_selector: str, field_selector: str) -> list[tuple[str, Any]]:
+    query: list[tuple[str, Any]] = []
+    if label_selector:
+        query.append(("labelSelector", label_selector))
+    if field_selector:
+        query.append(("fieldSelector", field_selector))
+    return query
+
+
+@dataclass(frozen=True)
+class Listed:
+    items: list[dict[str, Any]]  # each with its `kind` set, managedFields dropped
+    resource_version: str  # of the whole list: a watch from here misses nothing
+
+
+LIST_PAGE = 500
+
+
+def list_objects(
+    resource: Resource,
+    namespace: str | None,
+    *,
+    label_selector: str = "",
+    field_selector: str = "",
+    page: int = LIST_PAGE,
+) -> Listed:
+    """Every object of `resource` in `namespace` matching the selectors, read in pages of `page` (one
+    consistent snapshot: the continue token keeps the first page's resourceVersion)."""
+    what = resource.what(namespace)
+    api = api_client()
+    items: list[dict[str, Any]] = []
+    token = ""
+    version = ""
+    while True:
+        query = [*_selectors(label_selector, field_selector), ("limit", page)]
+        if token:
+            query.append(("continue", token))
+        requests_made.add()
+        with counted("list", resource.kind), calling(what):
+            response = _raw_get(api, resource.path(namespace), query, request_timeout())
+            data = response.data
+        traffic.add("list", len(data))
+        try:
+            body = json.loads(data)
+        except ValueError as exc:
+            raise ClusterUnavailable(what, f"unreadable list answer: {exc}") from None
+        for item in body.get("items") or []:
+            item["kind"] = resource.kind
+            (item.get("metadata") or {}).pop("managedFields", None)
+            items.append(item)
+        meta = body.get("metadata") or {}
+        version = str(meta.get("resourceVersion") or version)
+        token = str(meta.get("continue") or "")
+        if not token:
+            return Listed(items=items, resource_version=version)
+
+
+class WatchStream:
+    """One open watch: iterate `events()` for (type, object); `close()` from another thread ends it at once
+    (the socket is shut down, so a blocked read returns)."""
+
+    def __init__(self, what: str, response: Any, kind: str) -> None:
+        self._what = what
+        self._response = response
+        self._kind = kind
+        self._closed = False
+
+    def events(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        buffer = b""
+        try:
+            with calling(self._what):
+                for chunk in self._response.stream(amt=None, decode_content=False):
+                    if self._closed:
+                        return
+                    traffic.received(len(chunk))
+                    buffer += chunk
+                    start = 0
+                    lines = []
+                    while (end := buffer.find(b"\n", start)) >= 0:
+                        lines.append(buffer[start:end])
+                        start = end + 1
+                    buffer = buffer[start:]
+                    for line in lines:
+                        if line.strip():
+                            yield self._event(line)
+        finally:
+            self.close()
+
+    def _event(self, line: bytes) -> tuple[str, dict[str, Any]]:
+        try:
+            event = json.loads(line)
+        except ValueError as exc:
+            raise ClusterUnavailable(self._what, f"unreadable watch event: {exc}") from None
+        kind = str(event.get("type", ""))
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            code = int(obj.get("code") or 0)
+            message = str(obj.get("message") or obj.get("reason") or "watch error")
+            if code == 410:
+                raise Expired(self._what, message, status=410)
+            if code in (401, 403, 404):
+                raise Rejected(self._what, message, status=code)
+            raise ClusterUnavailable(self._what, message, status=code or None)
+        if isinstance(obj, dict):
+            obj["kind"] = self._kind
+            (obj.get("metadata") or {}).pop("managedFields", None)
+        return kind, obj
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with suppress(Exception):
+            self._response.shutdown()
+        with suppress(Exception):
+            self._response.release_conn()
+
+
+def open_watch(
+    resource: Resource,
+    namespace: str | None,
+    *,
+    resource_version: str,
+    timeout_seconds: int,
+    label_selector: str = "",
+    field_selector: str = "",
+    api: client.ApiClient | None = None,
+) -> WatchStream:
+    """A watch from `resource_version` with bookmarks; the server ends it after timeout_seconds. `api`: a
+    client of its own for long-lived watches (they hold a connection each)."""
+    what = f"{resource.what(namespace)} (watch)"
+    query = [
+        *_selectors(label_selector, field_selector),
+        ("watch", "true"),
+        ("allowWatchBookmarks", "true"),
+        ("timeoutSeconds", timeout_seconds),
+    ]
     if resource_version:
-        kwargs["resource_version"] = resource_version
-    with counted("watch", "Pod"), calling("Pods (watch)"):
-        for event in stream.stream(api.list_pod_for_all_namespaces, _preload_content=False, **kwargs):
-            raw = event.get("raw_object") or {}
-            if isinstance(raw, dict):
-                raw["kind"] = "Pod"
-                yield str(event.get("type", "")), raw
+        query.append(("resourceVersion", resource_version))
+    requests_made.add()
+    traffic.add("watch")
+    timeout = (request_timeout()[0], timeout_seconds + 30)
+    with counted("watch", resource.kind), calling(what):
+        response = _raw_get(api or api_client(), resource.path(namespace), query, timeout)
+    return WatchStream(what, response, resource.kind)
+
+
+_node_cache: ReadCache[dict[str, Any] | None] = ReadCache(limit=10_000)
+
+
+def get_node(name: str, *, max_age: float = 10.0) -> dict[str, Any] | None:
+    """One Node by name (None when it does not exist), a read at most `max_age` seconds old: supervision
+    reads only the nodes its pods ran on, and only when a pod's fate depends on its node."""
+    return _node_cache.get(name, max_age, lambda: _read_node(name))
+
+
+def _read_node(name: str) -> dict[str, Any] | None:
+    what = target("Node", None, name)
+    requests_made.add()
+    try:
+        with counted("get", "Node"), calling(what):
+            data = _raw_get(api_client(), NODES.path(name=name), [], request_timeout()).data
+    except NotFound:
+        traffic.add("get")
+        return None
+    traffic.add("get", len(data))
+    try:
+        node: dict[str, Any] = json.loads(data)
+    except ValueError as exc:
+        raise ClusterUnavailable(what, f"unreadable answer: {exc}") from None
+    node["kind"] = "Node"
+    (node.get("metadata") or {}).pop("managedFields", None)
+    return node
+
+
+def forget_cached_nodes() -> None:
+    _node_cache.clear()

@@ -249,6 +249,8 @@ WEBHOOK_TIMEOUT_SECONDS = CONFIG.webhook_timeout_seconds
 WEBHOOK_ALLOW_HTTP = CONFIG.webhook_allow_http
 WEBHOOK_ALLOW_PRIVATE_ADDRESSES = CONFIG.webhook_allow_private_addresses
 WEBHOOK_SECRET_GRACE_SECONDS = CONFIG.webhook_secret_grace_seconds
+# How long a supervision cycle holds its lease before it must renew it (a thread renews it while it runs).
+SUPERVISOR_LEASE_SECONDS = max(3 * CONFIG.supervisor_interval_seconds, 30)
 NO_CAPACITY_AFTER_SECONDS = CONFIG.no_capacity_after_seconds
 STUCK_AFTER_SECONDS = CONFIG.stuck_after_seconds
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

@@ -53,6 +53,9 @@ class Job(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     queued_reason = models.JSONField(default=dict, blank=True)  # {reason, message, since}
     identity_findings = models.JSONField(default=list, blank=True)
+    # Beside the status, for the page: objects carrying the job's labels outside its TrainJob's owner chain
+    # (ignored), reads that failed ({kind, message, object}; jobs.supervision.status.DerivedStatus.warnings).
+    supervision_warnings = models.JSONField(default=list, blank=True)
     recovery_policy = models.JSONField(default=dict, blank=True)  # the effective policy (site default + job)
     last_known_state = models.CharField(max_length=16, blank=True, default="")  # while unknown
     unknown_since = models.DateTimeField(null=True, blank=True)
@@ -129,7 +132,10 @@ class Execution(models.Model):
     identity_findings = models.JSONField(default=list, blank=True)
     ranks = models.JSONField(default=list, blank=True)  # per-rank view: rank x restart attempt
     pods_seen = models.JSONField(default=dict, blank=True)  # pod uid -> last condensed state seen (memory)
+    supervision_warnings = models.JSONField(default=list, blank=True)
     restart_attempt = models.PositiveIntegerField(default=0)  # newest JobSet restart-attempt seen
+    # When the cluster was read for the status written last (not when it was written): an older observation
+    # arriving later is refused, so state and pod memory never go back (jobs.supervision.apply).
     observed_at = models.DateTimeField(null=True, blank=True)
     observed_digest = models.CharField(max_length=64, blank=True, default="")
     started_at = models.DateTimeField(null=True, blank=True)  # first seen running
@@ -186,12 +192,33 @@ class SupervisorCycle(models.Model):
     error = models.TextField(blank=True, default="")
     cycles = models.PositiveBigIntegerField(default=0)
     # A lease, not a lock held across the cycle: two supervisors (two beats, a slow cycle overlapping the
-    # next) never run a cycle at once, and a crashed holder's lease simply runs out.
-    lease_holder = models.CharField(max_length=64, blank=True, default="")
+    # next) never run a cycle at once; the holder renews it while its cycle runs, and a crashed holder's
+    # lease simply runs out. The holder is "host:pid:thread": a host name may be 253 characters long.
+    lease_holder = models.CharField(max_length=320, blank=True, default="")
     lease_until = models.DateTimeField(null=True)
 
     def __str__(self) -> str:
         return self.name
+
+
+class PodTombstone(models.Model):
+    """A pod of an active execution that a watch saw deleted, with its last state (its DisruptionTarget is
+    often the only evidence of a preemption, eviction or lost node). Kept until a cycle that used it commits
+    the execution's status (whichever process runs that cycle: the supervisor's watch and the beat's cycle
+    share the lease), then deleted in the same transaction."""
+
+    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="tombstones")
+    pod_uid = models.CharField(max_length=64)
+    pod = models.JSONField()  # the pod's last state as the watch delivered it (trimmed)
+    seen_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["execution", "pod_uid"], name="tombstone_unique_pod"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.execution_id} {self.pod_uid}"
 
 
 # ---------------------------------------------------------------- interactive sessions

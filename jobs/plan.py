@@ -262,6 +262,11 @@ def build_training_runtime(
 
     jobset_template = _child(copy_spec, "template")
     _child(_child(jobset_template, "metadata"), "labels").update(ids)
+    # An attempt ends by deleting its TrainJob, never its JobSet: the Trainer (v2.3.0) recreates the JobSet of
+    # a Failed TrainJob once a JobSet TTL removes it (status-facts §12). The copy sets no JobSet TTL.
+    jobset_spec = jobset_template.get("spec")
+    if isinstance(jobset_spec, dict):
+        jobset_spec.pop("ttlSecondsAfterFinished", None)
     for job in _replicated_jobs(copy_spec):
         job_template = _m(job).get("template")
         if isinstance(job_template, dict):

@@ -60,6 +60,7 @@ def _execution_data(execution: Execution, *, detail: bool = False) -> dict[str, 
         data["evidence"] = execution.evidence
         data["queued_reason"] = execution.queued_reason
         data["identity_findings"] = execution.identity_findings
+        data["supervision_warnings"] = execution.supervision_warnings
         data["ranks"] = execution.ranks
         data["observed_at"] = execution.observed_at
     return data
@@ -97,6 +98,7 @@ def job_data(job: Job, *, detail: bool = False, executions: list[Execution] | No
         "reasons": job.reasons,
         "identity_warnings": job.identity_warnings,
         "identity_findings": job.identity_findings,
+        "supervision_warnings": job.supervision_warnings,
         "failing_rank": job.failing_rank,
         "exit_code": job.exit_code,
         "queued_reason": job.queued_reason,
@@ -152,6 +154,15 @@ class IdentityFindingSerializer(serializers.Serializer):
     expected = serializers.BooleanField(help_text="the plan's allowRankRestart identity warning foresaw it")
 
 
+class SupervisionWarningSerializer(serializers.Serializer):
+    """Beside the status: an object carrying the job's labels outside its TrainJob's owner chain (ignored),
+    or a read that failed (the status was derived without it)."""
+
+    kind = serializers.CharField(help_text="stranger or read")
+    object = serializers.CharField(help_text="e.g. 'Pod team-a/x' or 'Events in team-a'")
+    message = serializers.CharField()
+
+
 class RankSerializer(serializers.Serializer):
     rank = serializers.IntegerField(allow_null=True)
     attempt = serializers.IntegerField(allow_null=True)
@@ -169,6 +180,7 @@ class ExecutionSerializer(serializers.ModelSerializer):
     evidence = EvidenceSerializer(many=True, required=False, help_text="detail only")
     queued_reason = QueuedReasonSerializer(required=False, help_text="detail only; {} when not waiting")
     identity_findings = IdentityFindingSerializer(many=True, required=False, help_text="detail only")
+    supervision_warnings = SupervisionWarningSerializer(many=True, required=False, help_text="detail only")
     ranks = RankSerializer(many=True, required=False, help_text="detail only: rank x restart attempt")
 
     class Meta:
@@ -189,6 +201,7 @@ class ExecutionSerializer(serializers.ModelSerializer):
             "evidence",
             "queued_reason",
             "identity_findings",
+            "supervision_warnings",
             "ranks",
             "observed_at",
         ]
@@ -208,6 +221,7 @@ class JobSerializer(serializers.ModelSerializer):
     evidence = EvidenceSerializer(many=True)
     queued_reason = QueuedReasonSerializer()
     identity_findings = IdentityFindingSerializer(many=True)
+    supervision_warnings = SupervisionWarningSerializer(many=True)
 
     class Meta:
         model = Job
@@ -224,6 +238,7 @@ class JobSerializer(serializers.ModelSerializer):
             "reasons",
             "identity_warnings",
             "identity_findings",
+            "supervision_warnings",
             "failing_rank",
             "exit_code",
             "queued_reason",

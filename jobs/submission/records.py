@@ -1,9 +1,10 @@
 """Write the rows of one submission in one statement.
 
 On PostgreSQL the job, its audit row and its first execution are INSERTed by one statement (data-modifying
-CTEs), which is atomic by itself: one round trip and no BEGIN/COMMIT, instead of five. Each row's INSERT has
-the ORM's column list (built once per model) and its values prepared by each field as the ORM prepares them
-(`pre_save` fills created_at and the like; JSON fields adapt their values). Elsewhere (SQLite), the ORM saves
+CTEs) instead of three. The statement and what listens for the rows' post_save (the outbox of
+jobs.observability writes its Change row) share one transaction, as they would with the ORM's save(). Each
+row's INSERT has the ORM's column list (built once per model) and its values prepared by each field as the
+ORM prepares them (`pre_save` fills created_at and the like; JSON fields adapt their values). Elsewhere (SQLite), the ORM saves
 the rows in one transaction.
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import AutoField, BigAutoField, Field, Model
+from django.db.models.signals import post_save
 
 
 @cache
@@ -54,10 +56,13 @@ def insert_together(*objs: Model) -> None:
     pk = last._meta.pk
     assert pk is not None
     returning = f"{sql} RETURNING {connection.ops.quote_name(pk.column)}"
-    with connection.cursor() as cursor:
-        cursor.execute(f"WITH {', '.join(statements)} {returning}" if statements else returning, params)
-        row = cursor.fetchone()
-    last.pk = row[0]
-    for obj in objs:
-        obj._state.adding = False
-        obj._state.db = connection.alias
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(f"WITH {', '.join(statements)} {returning}" if statements else returning, params)
+            row = cursor.fetchone()
+        last.pk = row[0]
+        for obj in objs:
+            obj._state.adding = False
+            obj._state.db = connection.alias
+        for obj in objs:  # as save() would: the outbox records the new job in this transaction
+            post_save.send(type(obj), instance=obj, created=True, raw=False, using=connection.alias)

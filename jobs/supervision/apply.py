@@ -2,9 +2,16 @@
 
 - every transition is compare-and-set under row locks taken in one order (job, then execution), and written
   as a JobEvent (from, to, cause, evidence): two supervisors at once never double-record or double-act;
+- an observation older than the one written last is refused (Execution.observed_at: when the cluster was
+  read), and the pods' memory is only ever added to, so state and memory never go back;
+- every terminal failure deletes the attempt's TrainJob (never its JobSet: status-facts §12), so healthy
+  ranks do not keep their GPUs;
 - a failed execution is followed by attempt A+1 when the job's recovery policy says so
-  (jobs.recovery): the job goes back to `pending` for the backoff, then a new execution is started
-  from the runtime snapshot stored with the job, and attempt A's objects are removed;
+  (jobs.recovery): the job goes back to `pending` for the backoff, attempt A's TrainJob is deleted, and
+  A+1 starts (from the runtime snapshot stored with the job) once the backoff ran out and a list shows none
+  of A's pods still running;
+- identity findings are written on the job's timeline when they appear, whatever the state (a completed job
+  keeps them);
 - when the cluster cannot be read, active jobs go to `unknown` (with their last known state and since when)
   and come back by themselves on the next readable cycle."""
 
@@ -16,12 +23,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models.signals import post_save
 from django.utils import timezone
 
+from cluster import gateway
+from cluster.errors import ClusterError
 from jobs import enqueue, recovery
-from jobs.models import Execution, Job, JobEvent, JobState
+from jobs.models import Execution, Job, JobEvent, JobState, PodTombstone
 from jobs.naming import trainjob_name
-from jobs.supervision.status import DerivedStatus
+from jobs.supervision.status import DerivedStatus, merge_memory
+from runtimes.models import SiteSettings
 
 SUPERVISED = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.UNKNOWN})
 
@@ -42,6 +53,7 @@ def _digest(status: DerivedStatus) -> str:
         "ranks": status.ranks,
         "restart_attempt": status.restart_attempt,
         "pods": status.pods,
+        "warnings": status.warnings,
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -62,38 +74,60 @@ def _event(job_id: str, attempt: int | None, kind: str, message: str, **fields: 
     )
 
 
-def _new_findings(before: list[Any] | None, after: list[Any]) -> list[Any]:
-    """Identity findings in `after` that `before` did not have (by attempt, rank and restart attempt)."""
-
-    def key(finding: Any) -> tuple[Any, ...]:
-        return (finding.get("attempt"), finding.get("rank"), finding.get("restart_attempt"))
-
-    seen = {key(f) for f in before or [] if isinstance(f, dict)}
-    return [f for f in after or [] if isinstance(f, dict) and key(f) not in seen]
+def consume_tombstones(ids: list[int]) -> None:
+    """The tombstones a committed status used (its memory holds what they said)."""
+    if ids:
+        PodTombstone.objects.filter(pk__in=ids).delete()
 
 
-def apply_status(*, execution_id: int, status: DerivedStatus, digest: str = "") -> bool:
-    """Write one execution's derived status; True when its state changed. Compare-and-set under row locks
-    (job, then execution: the order every writer uses), so a second supervisor with the same observation
-    finds nothing left to do."""
+def _finding_key(finding: dict[str, Any]) -> tuple[Any, ...]:
+    return (finding.get("attempt"), finding.get("restart_attempt"), finding.get("rank"), finding.get("why"))
+
+
+def apply_status(
+    *,
+    execution_id: int,
+    status: DerivedStatus,
+    digest: str = "",
+    observed_at: datetime | None = None,
+    tombstone_ids: list[int] | None = None,
+    job_id: str | None = None,
+) -> tuple[bool, bool]:
+    """Write one execution's derived status: (its state changed, it is still supervised). Compare-and-set
+    under row locks (job, then execution: the order every writer uses), so a second supervisor with the same
+    observation finds nothing left to do, and one with an older observation (`observed_at`, when the cluster
+    was read) is refused. The tombstones the status used are deleted in the same transaction. A few round
+    trips: a failure is written within a second of being seen even when many fail at once."""
     now = timezone.now()
+    observed_at = observed_at or now
     digest = digest or _digest(status)
+    used = list(tombstone_ids or [])
     with transaction.atomic():
-        execution = Execution.objects.filter(pk=execution_id).only("job_id").first()
-        if execution is None:
-            return False
-        job = Job.objects.select_for_update().filter(pk=execution.job_id).first()
-        execution = Execution.objects.select_for_update().filter(pk=execution_id).first()
+        if job_id is None:
+            job_id = Execution.objects.filter(pk=execution_id).values_list("job_id", flat=True).first()
+            if job_id is None:
+                return False, False
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        execution = Execution.objects.select_for_update().filter(pk=execution_id, job_id=job_id).first()
         if job is None or execution is None:
-            return False
-        if job.state not in SUPERVISED or execution.state not in SUPERVISED:
-            return False  # cancelled, or already finished by another supervisor
-        if job.current_attempt != execution.attempt:
-            return False
+            return False, False
+        if (
+            job.state not in SUPERVISED
+            or execution.state not in SUPERVISED
+            or job.current_attempt != execution.attempt
+        ):
+            consume_tombstones(used)
+            return False, False  # cancelled, or already finished by another supervisor
+        if execution.observed_at is not None and observed_at < execution.observed_at:
+            return False, True  # a newer observation was written meanwhile: this one would go back
         if _nothing_new(status, digest, execution, job.state):
-            return False
+            consume_tombstones(used)
+            return False, True
         changed = status.state != execution.state or job.state == JobState.UNKNOWN
         old_state = execution.state
+        pods = merge_memory(execution.pods_seen or {}, status.pods)
+        if pods != status.pods:
+            digest = ""  # another writer remembered a pod this derivation did not see: derive again
         fields: dict[str, Any] = {
             "state": status.state,
             "cause": status.cause or "",
@@ -104,22 +138,16 @@ def apply_status(*, execution_id: int, status: DerivedStatus, digest: str = "") 
             "queued_reason": status.queued_reason,
             "identity_findings": status.identity_findings,
             "ranks": status.ranks,
-            "pods_seen": status.pods,
+            "pods_seen": pods,
+            "supervision_warnings": status.warnings,
             "restart_attempt": status.restart_attempt,
-            "observed_at": now,
+            "observed_at": observed_at,
             "observed_digest": digest,
         }
         if status.state == JobState.RUNNING and execution.started_at is None:
             fields["started_at"] = now
         if status.terminal:
             fields["finished_at"] = now
-        Execution.objects.filter(pk=execution.pk).update(**fields)
-        new_findings = _new_findings(execution.identity_findings, status.identity_findings)
-        # On the timeline; metrics, webhooks and the change feed see it there (jobs.observability).
-        if new_findings:
-            why = "; ".join(str(f.get("why", "")) for f in new_findings)
-            _event(job.pk, execution.attempt, "identity-finding", why, details={"findings": new_findings})
-
         job_fields: dict[str, Any] = {
             "cause": status.cause or "",
             "message": status.message,
@@ -128,83 +156,132 @@ def apply_status(*, execution_id: int, status: DerivedStatus, digest: str = "") 
             "exit_code": status.exit_code,
             "queued_reason": status.queued_reason,
             "identity_findings": status.identity_findings,
+            "supervision_warnings": status.warnings,
             "last_known_state": "",
             "unknown_since": None,
             "updated_at": now,
         }
-        if not changed:
-            Job.objects.filter(pk=job.pk).update(**job_fields)
-            return False
-
-        from_state = job.state if job.state == JobState.UNKNOWN else old_state
+        events = _finding_events(job.pk, execution, status)
         decision = None
-        if status.state == JobState.FAILED:
-            earlier = list(
-                Execution.objects.filter(job_id=job.pk, attempt__lt=execution.attempt).values_list(
-                    "cause", flat=True
+        delete = False
+        if changed:
+            from_state = job.state if job.state == JobState.UNKNOWN else old_state
+            if status.state == JobState.FAILED:
+                earlier = list(
+                    Execution.objects.filter(job_id=job.pk, attempt__lt=execution.attempt).values_list(
+                        "cause", flat=True
+                    )
+                )
+                policy = job.recovery_policy or recovery.resolve(
+                    None, (job.spec or {}).get("recovery_policy")
+                )
+                decision = recovery.decide(policy, earlier, status.cause or "")
+            events.append(
+                _new_event(
+                    job.pk,
+                    execution.attempt,
+                    "transition",
+                    status.message or f"{from_state} → {status.state}",
+                    from_state=from_state,
+                    to_state=status.state,
+                    cause=status.cause or "",
+                    details={"evidence": status.evidence, "queued_reason": status.queued_reason},
                 )
             )
-            policy = job.recovery_policy or recovery.resolve(None, (job.spec or {}).get("recovery_policy"))
-            decision = recovery.decide(policy, earlier, status.cause or "")
-        _event(
-            job.pk,
-            execution.attempt,
-            "transition",
-            status.message or f"{from_state} → {status.state}",
-            from_state=from_state,
-            to_state=status.state,
-            cause=status.cause or "",
-            details={"evidence": status.evidence, "queued_reason": status.queued_reason},
-        )
-        if decision is not None and decision.retry:
-            until = now + timedelta(seconds=decision.backoff_seconds)
-            message = (
-                f"attempt {execution.attempt} failed ({status.cause}: {status.message}); attempt "
-                f"{execution.attempt + 1} starts after {decision.backoff_seconds} s ({decision.why})"
-            )
-            job_fields.update(
-                state=JobState.PENDING,
-                state_changed_at=now,
-                message=message,
-                queued_reason={
-                    "reason": RETRY_BACKOFF,
-                    "message": message,
-                    "since": now.isoformat(),
-                    "until": until.isoformat(),
-                    "cause": status.cause,
-                },
-            )
-            Job.objects.filter(pk=job.pk).update(**job_fields)
-            _event(
-                job.pk,
-                execution.attempt,
-                "retry",
-                message,
-                from_state=status.state,
-                to_state=JobState.PENDING,
-                cause=status.cause or "",
-                details={"backoff_seconds": decision.backoff_seconds, "why": decision.why},
-            )
-            _request_delete(execution_id, now)
-            return True
-        job_fields.update(state=status.state, state_changed_at=now)
-        if decision is not None:
-            job_fields["message"] = (
-                f"{status.message} (not retried: {decision.why})" if status.message else ""
-            )
+            job_fields.update(state=status.state, state_changed_at=now)
+            if decision is not None and decision.retry:
+                until = now + timedelta(seconds=decision.backoff_seconds)
+                message = (
+                    f"attempt {execution.attempt} failed ({status.cause}: {status.message}); attempt "
+                    f"{execution.attempt + 1} starts after {decision.backoff_seconds} s ({decision.why}) "
+                    f"once attempt {execution.attempt}'s pods have stopped"
+                )
+                job_fields.update(
+                    state=JobState.PENDING,
+                    message=message,
+                    queued_reason={
+                        "reason": RETRY_BACKOFF,
+                        "message": message,
+                        "since": now.isoformat(),
+                        "until": until.isoformat(),
+                        "cause": status.cause,
+                    },
+                )
+                events.append(
+                    _new_event(
+                        job.pk,
+                        execution.attempt,
+                        "retry",
+                        message,
+                        from_state=status.state,
+                        to_state=JobState.PENDING,
+                        cause=status.cause or "",
+                        details={"backoff_seconds": decision.backoff_seconds, "why": decision.why},
+                    )
+                )
+            elif decision is not None:
+                job_fields["message"] = (
+                    f"{status.message} (not retried: {decision.why})" if status.message else ""
+                )
+            # Every terminal failure deletes the TrainJob (a Job's FailureTarget leaves healthy ranks running
+            # until their JobSet fails), and so does a stop dispatch decided (a waiting cause ran out, the
+            # promise broke, the runtime is gone), and so does a retry (A+1 is a new TrainJob).
+            delete = status.stop or status.state == JobState.FAILED
+        if delete:
+            # Recorded first, so the stale sweep redoes it if the message is lost.
+            fields.update(delete_requested_at=now, objects_removed_at=None)
+        Execution.objects.filter(pk=execution.pk).update(**fields)
         Job.objects.filter(pk=job.pk).update(**job_fields)
-        if status.stop:
-            # dispatch ended it (a waiting cause ran out, the promise broke, the runtime is gone): stop it.
-            _request_delete(execution_id, now)
-    return True
+        if events:
+            JobEvent.objects.bulk_create(events)
+            # bulk_create sends no post_save; the outbox (jobs.observability) records each event from it, in
+            # this transaction.
+            for event in events:
+                post_save.send(JobEvent, instance=event, created=True, raw=False, using=event._state.db)
+        consume_tombstones(used)
+        if delete:
+            transaction.on_commit(enqueue.on_commit_send(enqueue.EXECUTION_DELETE, execution_id), robust=True)
+    if not changed:
+        return False, True
+    return True, not status.terminal and not (decision is not None and decision.retry)
 
 
-def _mark_unknown(execution: Execution, error: str) -> int:
-    """The cluster could not be read: the job is `unknown`, keeping its last known state and since when."""
+def _new_event(job_id: str, attempt: int | None, kind: str, message: str, **fields: Any) -> JobEvent:
+    details = fields.pop("details", {})
+    return JobEvent(job_id=job_id, attempt=attempt, kind=kind, message=message, details=details, **fields)
+
+
+def _finding_events(job_id: str, execution: Execution, status: DerivedStatus) -> list[JobEvent]:
+    """New identity findings go on the timeline when they appear, whatever the state: a job that completed
+    (Complete wins the state) still shows the rank that ran twice."""
+    known = {_finding_key(f) for f in execution.identity_findings or []}
+    new = [f for f in status.identity_findings if _finding_key(f) not in known]
+    if not new:
+        return []
+    unexpected = [f for f in new if not f.get("expected")]
+    what = "identity finding" if len(new) == 1 else f"{len(new)} identity findings"
+    return [
+        _new_event(
+            job_id,
+            execution.attempt,
+            "identity-finding",
+            f"{what}: " + "; ".join(f["why"] for f in new),
+            cause="identity-violation" if unexpected else "",
+            details={"findings": new},
+        )
+    ]
+
+
+def _mark_unknown(execution: Execution, error: str, read_at: datetime | None = None) -> int:
+    """The cluster could not be read: the job is `unknown`, keeping its last known state and since when.
+    Not over a status observed after `read_at` (another supervisor could read it)."""
     now = timezone.now()
     with transaction.atomic():
         job = Job.objects.select_for_update().filter(pk=execution.job_id).first()
         if job is None or job.state not in (JobState.QUEUED, JobState.RUNNING):
+            return 0
+        observed = Execution.objects.filter(pk=execution.pk).values_list("observed_at", flat=True).first()
+        if read_at is not None and observed is not None and observed > read_at:
             return 0
         Job.objects.filter(pk=job.pk).update(
             state=JobState.UNKNOWN,
@@ -226,13 +303,18 @@ def _mark_unknown(execution: Execution, error: str) -> int:
 
 
 def _start_due_retries() -> int:
-    """Jobs whose retry backoff ran out get their next execution (A+1), started by the submit task."""
+    """Jobs whose retry backoff ran out get their next execution (A+1), started by the submit task, once a
+    list shows none of attempt A's pods still running; meanwhile the job says it waits for them."""
     now = timezone.now()
     started = 0
     waiting = Job.objects.filter(state=JobState.PENDING, queued_reason__reason=RETRY_BACKOFF)
     for job in waiting:
         until = datetime.fromisoformat(str(job.queued_reason.get("until")))
         if until > now:
+            continue
+        running, problem = _pods_still_running(job)
+        if running or problem:
+            _say_waiting_for_pods(job, running, problem)
             continue
         attempt = job.current_attempt + 1
         with transaction.atomic():
@@ -253,7 +335,42 @@ def _start_due_retries() -> int:
     return started
 
 
-def _request_delete(execution_id: int, now: datetime) -> None:
-    """Remove the attempt's objects: recorded first, so the stale sweep redoes it if the message is lost."""
-    Execution.objects.filter(pk=execution_id).update(delete_requested_at=now, objects_removed_at=None)
-    transaction.on_commit(enqueue.on_commit_send(enqueue.EXECUTION_DELETE, execution_id), robust=True)
+def _pods_still_running(job: Job) -> tuple[list[str], str]:
+    """Attempt A's pods that still run, by a list in the job's namespace (its labels in the job's own
+    domain, made by one of its TrainJob's Jobs): a pod still there counts as running unless it finished,
+    and a pod being deleted counts whatever its phase says (KWOK and a slow kubelet keep it Running).
+    (names, "") or ([], what could not be read)."""
+    domain = job.label_domain or SiteSettings.load().label_domain
+    attempt = job.current_attempt
+    prefix = f"{trainjob_name(job.pk, attempt)}-"
+    selector = f"{domain}/job={job.pk},{domain}/attempt={attempt}"
+    try:
+        pods = gateway.list_objects(gateway.PODS, job.namespace, label_selector=selector).items
+    except ClusterError as exc:
+        return [], str(exc)
+    running = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        ours = any(
+            ref.get("kind") == "Job" and str(ref.get("name", "")).startswith(prefix)
+            for ref in meta.get("ownerReferences") or ()
+        )
+        finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        if ours and (meta.get("deletionTimestamp") or not finished):
+            running.append(str(meta.get("name", "")))
+    return sorted(running), ""
+
+
+def _say_waiting_for_pods(job: Job, running: list[str], problem: str) -> None:
+    attempt = job.current_attempt
+    if problem:
+        message = f"waiting for attempt {attempt}'s pods to stop (they could not be listed: {problem})"
+    else:
+        shown = ", ".join(running[:5]) + (", ..." if len(running) > 5 else "")
+        message = f"waiting for attempt {attempt}'s pods to stop: {len(running)} still running ({shown})"
+    if job.queued_reason.get("message") == message:
+        return
+    reason = {**job.queued_reason, "message": message, "waiting_for_pods": running}
+    Job.objects.filter(
+        pk=job.pk, state=JobState.PENDING, current_attempt=attempt, queued_reason__reason=RETRY_BACKOFF
+    ).update(queued_reason=reason, message=message, updated_at=timezone.now())

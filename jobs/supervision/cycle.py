@@ -1,9 +1,22 @@
-"""One supervision cycle: bring every active execution up to date with the cluster.
+"""One supervision cycle: bring the active executions up to date with the cluster.
 
-The cycle reads the cluster with a few label-selected list calls however many jobs there are
-(cluster.gateway.list_supervised), groups the objects per execution, derives each execution's status with the
-pure jobs.supervision.status.derive, and hands what changed to jobs.supervision.apply. A cycle holds a lease
-(SupervisorCycle), so overlapping cycles skip instead of racing."""
+A cycle takes the executions a Source says are due, reads what the Source observed of their namespaces, keeps
+each execution's own objects (its TrainJob's owner chain: jobs.supervision.grouping), reads the Nodes its pods
+need, derives each status with the pure jobs.supervision.status.derive, and hands what changed to
+jobs.supervision.apply. Two Sources:
+
+- ListSource (the beat's task, and `manage.py supervise --no-watch`): every active execution, read with plain
+  list calls namespace by namespace (one per kind and label domain, plus the namespace's Events);
+- jobs.supervision.cache.CacheSource (`manage.py supervise`): informers keep a copy of each namespace that has
+  active executions, and a cycle derives only the executions whose objects changed (or whose waiting
+  threshold may have run out); a quiet cycle makes no API call at all.
+
+A read that fails (a 403 on one kind, a CRD version the server does not serve) is named: the executions of
+that namespace go `unknown` when their TrainJobs, JobSets, Jobs or Pods could not be read, and are derived
+without Events (saying so) when only the Events could not be.
+
+A cycle holds a lease (SupervisorCycle), renewed by a thread while the cycle runs, so overlapping cycles skip
+instead of racing; every write is compare-and-set anyway, so a cycle that lost its lease does no harm."""
 
 from __future__ import annotations
 
@@ -13,20 +26,21 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import F, Q
 from django.utils import timezone
 
 from cluster import gateway
-from cluster.errors import ClusterError
+from cluster.errors import ClusterError, NotFound
 from dispatch_site import metrics
-from jobs.models import Execution, SupervisorCycle
+from jobs.models import Execution, PodTombstone, SupervisorCycle
 from jobs.naming import trainjob_name_prefix
 from jobs.supervision.apply import (
     SUPERVISED,
@@ -35,6 +49,19 @@ from jobs.supervision.apply import (
     _nothing_new,
     _start_due_retries,
     apply_status,
+    consume_tombstones,
+)
+from jobs.supervision.grouping import (
+    EVENT,
+    JOB,
+    JOBSET,
+    POD,
+    TRAINJOB,
+    Grouped,
+    ObjectSource,
+    StaticIndex,
+    Watched,
+    owned_objects,
 )
 from jobs.supervision.status import Context, DerivedStatus, condense_pod, derive
 from jobs.waits import Thresholds
@@ -42,36 +69,73 @@ from runtimes.models import SiteSettings
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["CycleReport", "ListSource", "Observation", "Watched", "derive_all", "supervise"]
 
-def _holder() -> str:
+# Kinds without which an execution cannot be judged (its state would be made up): it goes `unknown`.
+REQUIRED_READS = (TRAINJOB, JOBSET, JOB, POD)
+LABELLED = {
+    TRAINJOB: gateway.TRAINJOBS,
+    JOBSET: gateway.JOBSETS,
+    JOB: gateway.JOBS,
+    POD: gateway.PODS,
+}
+
+
+def holder() -> str:
+    """Who holds a lease: host, process and thread (a host name may be long: SupervisorCycle.lease_holder)."""
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
 @dataclass
 class CycleReport:
     ran: bool = True
-    executions: int = 0
+    executions: int = 0  # active executions the source knows
+    derived: int = 0  # executions derived this cycle
     transitions: int = 0
     api_requests: int = 0
+    lists: int = 0
+    gets: int = 0
+    bytes_received: int = 0
     retries_started: int = 0
     error: str = ""
     duration_ms: int = 0
+    cpu_ms: float = 0.0  # CPU time of the thread that ran the cycle
+    prepare_cpu_ms: float = 0.0  # the supervisor's tracking before the cycle (jobs.supervision.watch)
+    phases_ms: dict[str, float] = field(default_factory=dict)  # wall time per step of the cycle
+    resynced: bool = False  # that tracking read the whole active set this time (every RESYNC_SECONDS)
 
 
-def _lease(name: str, seconds: float) -> bool:
+# ---------------------------------------------------------------- the lease
+
+
+def _lease_seconds() -> float:
+    return float(getattr(settings, "SUPERVISOR_LEASE_SECONDS", 30))
+
+
+def _lease(name: str, who: str, seconds: float) -> bool:
     """Take the cycle lease for `name` (compare-and-set on its row); False when another holder has it."""
     now = timezone.now()
     SupervisorCycle.objects.get_or_create(name=name)
     taken = (
         SupervisorCycle.objects.filter(name=name)
-        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_holder=_holder()))
-        .update(lease_holder=_holder(), lease_until=now + timedelta(seconds=seconds), started_at=now)
+        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_holder=who))
+        .update(lease_holder=who, lease_until=now + timedelta(seconds=seconds), started_at=now)
     )
     return taken == 1
 
 
-def _release(name: str, report: CycleReport) -> None:
-    SupervisorCycle.objects.filter(name=name, lease_holder=_holder()).update(
+def _renew(name: str, who: str, seconds: float) -> bool:
+    now = timezone.now()
+    return (
+        SupervisorCycle.objects.filter(name=name, lease_holder=who).update(
+            lease_until=now + timedelta(seconds=seconds)
+        )
+        == 1
+    )
+
+
+def _release(name: str, who: str, report: CycleReport) -> None:
+    SupervisorCycle.objects.filter(name=name, lease_holder=who).update(
         lease_holder="",
         lease_until=None,
         finished_at=timezone.now(),
@@ -84,44 +148,150 @@ def _release(name: str, report: CycleReport) -> None:
     )
 
 
-def _execution_key(obj: Mapping[str, Any], label_domain: str) -> tuple[str, int] | None:
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    job_id = labels.get(f"{label_domain}/job")
-    attempt = labels.get(f"{label_domain}/attempt")
-    if not job_id or not str(attempt or "").isdigit():
+class LeaseKeeper:
+    """Renews the lease every third of its length while a cycle runs (on a connection of its own), so a long
+    cycle keeps it; `lost` is set if a renewal finds another holder (the cycle then stops writing)."""
+
+    def __init__(self, name: str, who: str, seconds: float) -> None:
+        self.name, self.who, self.seconds = name, who, seconds
+        self.lost = threading.Event()
+        self.renewals = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lease {name}", daemon=True)
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.seconds / 3):
+                try:
+                    if not _renew(self.name, self.who, self.seconds):
+                        self.lost.set()
+                        return
+                    self.renewals += 1
+                except Exception:
+                    logger.exception("supervision: could not renew the cycle lease")
+        finally:
+            connection.close()
+
+
+# ---------------------------------------------------------------- what a cycle observes
+
+
+@dataclass
+class Observation:
+    source: ObjectSource
+    read_at: datetime  # the reads began no earlier than this (an older observation never overwrites it)
+    errors: dict[str, dict[str, str]] = field(default_factory=dict)  # namespace -> kind -> what failed
+    waiting: set[str] = field(default_factory=set)  # namespaces not read yet (informers still listing)
+
+
+class Source(Protocol):
+    def due(self) -> list[Execution]: ...
+
+    def active(self) -> int: ...
+
+    def observe(self, executions: Sequence[Execution]) -> Observation: ...
+
+    def flush(self) -> None: ...
+
+    def derived(self, execution: Execution, status: DerivedStatus | None, supervised: bool) -> None: ...
+
+
+def _active_executions() -> list[Execution]:
+    executions = list(
+        Execution.objects.select_related("job")
+        .filter(state__in=SUPERVISED, submitted_at__isnull=False, job__state__in=SUPERVISED)
+        .order_by("pk")
+    )
+    return [e for e in executions if e.job.current_attempt == e.attempt]
+
+
+def domain_of(execution: Execution, site_domain: str) -> str:
+    """The label domain the execution's objects carry: stored with the job ("" on rows from before)."""
+    return execution.job.label_domain or site_domain
+
+
+class ListSource:
+    """Plain list reads, namespace by namespace: every active execution every cycle (the beat's cycle)."""
+
+    def __init__(self) -> None:
+        self._site_domain = ""
+        self._count = 0
+
+    def due(self) -> list[Execution]:
+        self._site_domain = SiteSettings.load().label_domain
+        executions = _active_executions()
+        self._count = len(executions)
+        return executions
+
+    def active(self) -> int:
+        return self._count
+
+    def observe(self, executions: Sequence[Execution]) -> Observation:
+        read_at = timezone.now()
+        domains: dict[str, set[str]] = {}
+        for execution in executions:
+            domains.setdefault(execution.job.namespace, set()).add(domain_of(execution, self._site_domain))
+        objects: list[dict[str, Any]] = []
+        errors: dict[str, dict[str, str]] = {}
+        for namespace, wanted in sorted(domains.items()):
+            found, failed = read_namespace(namespace, sorted(wanted))
+            objects.extend(found)
+            if failed:
+                errors[namespace] = failed
+        every_domain = {d for wanted in domains.values() for d in wanted}
+        return Observation(source=StaticIndex(objects, every_domain), read_at=read_at, errors=errors)
+
+    def flush(self) -> None:
         return None
-    return str(job_id), int(str(attempt))
+
+    def derived(self, execution: Execution, status: DerivedStatus | None, supervised: bool) -> None:
+        return None
 
 
-def group_objects(
-    observed: gateway.Observed,
-    label_domain: str,
-    wanted: set[tuple[str, int]],
-    trainjob_names: dict[str, tuple[str, int]],
-) -> dict[tuple[str, int], list[dict[str, Any]]]:
-    """The objects of each wanted execution: its labelled objects, the Events about them (by the TrainJob-name
-    prefix every child name carries), and the Nodes its pods ran on."""
-    grouped: dict[tuple[str, int], list[dict[str, Any]]] = {key: [] for key in wanted}
-    for obj in [*observed.trainjobs, *observed.jobsets, *observed.jobs, *observed.pods]:
-        key = _execution_key(obj, label_domain)
-        if key in grouped:
-            grouped[key].append(obj)
-    for event in observed.events:
-        involved = event.get("involvedObject") or event.get("regarding") or {}
-        prefix = trainjob_name_prefix(str(involved.get("name", "")))
-        if prefix:
-            key = trainjob_names.get(f"{involved.get('namespace', '')}/{prefix}")
-            if key in grouped:
-                grouped[key].append(event)
-    return grouped
+def read_namespace(namespace: str, domains: Sequence[str]) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """One namespace's supervised objects by list calls: each labelled kind per label domain, and the Events
+    about dispatch's objects (every Event of the namespace is read; only those are kept). A failed read is
+    named, and the others still count."""
+    objects: list[dict[str, Any]] = []
+    errors: dict[str, str] = {}
+    for kind, resource in LABELLED.items():
+        seen: set[str] = set()
+        for domain in domains:
+            try:
+                listed = gateway.list_objects(resource, namespace, label_selector=f"{domain}/job")
+            except ClusterError as exc:
+                errors[kind] = str(exc)
+                break
+            for item in listed.items:
+                uid = str((item.get("metadata") or {}).get("uid") or "")
+                if uid not in seen:
+                    seen.add(uid)
+                    objects.append(item)
+    try:
+        events = gateway.list_objects(gateway.EVENTS, namespace).items
+    except ClusterError as exc:
+        errors[EVENT] = str(exc)
+    else:
+        objects.extend(e for e in events if is_dispatch_event(e))
+    return objects, errors
 
 
-def _nodes_for(
-    objects: Iterable[Mapping[str, Any]], memory: Mapping[str, Any], nodes: Mapping[str, Any]
-) -> list[Any]:
-    names = {str((o.get("spec") or {}).get("nodeName") or "") for o in objects if o.get("kind") == "Pod"}
-    names |= {str(p.get("node") or "") for p in memory.values()}
-    return [nodes[n] for n in sorted(names) if n and n in nodes]
+def is_dispatch_event(event: Mapping[str, Any]) -> bool:
+    """An Event about an object named like one of dispatch's (a TrainJob name, or a child's that starts
+    with one): the rest of a namespace's Events are not kept."""
+    ref = event.get("involvedObject") or event.get("regarding") or {}
+    return trainjob_name_prefix(str(ref.get("name", ""))) is not None
+
+
+# ---------------------------------------------------------------- the cycle
 
 
 def _thresholds() -> Thresholds:
@@ -131,49 +301,77 @@ def _thresholds() -> Thresholds:
     )
 
 
-def supervise(*, name: str = "supervisor", tombstones: Iterable[Mapping[str, Any]] = ()) -> CycleReport:
-    """One cycle (see the module docstring). `tombstones` are pods a watch saw deleted since the last cycle,
-    with their last state: they join the executions' memory, so their evidence is not lost."""
+def supervise(*, name: str = "supervisor", source: Source | None = None) -> CycleReport:
+    """One cycle (see the module docstring); ran=False when another holder has the lease."""
     started = time.monotonic()
-    interval = float(settings.SUPERVISOR_INTERVAL_SECONDS)
-    if not _lease(name, max(interval * 3, 30.0)):
+    cpu_started = time.thread_time()
+    who = holder()
+    seconds = _lease_seconds()
+    if not _lease(name, who, seconds):
         return CycleReport(ran=False)
     report = CycleReport()
+    before_requests = gateway.requests_made.total
+    before = gateway.traffic.snapshot()
     try:
-        _cycle(report, tombstones)
+        with LeaseKeeper(name, who, seconds) as keeper:
+            _cycle(report, source or ListSource(), keeper)
     except Exception as exc:  # recorded for the dashboard, then raised for the task's log
         report.error = f"{type(exc).__name__}: {exc}"
         raise
     finally:
+        after = gateway.traffic.snapshot()
+        report.api_requests = gateway.requests_made.total - before_requests
+        report.lists = after["lists"] - before["lists"]
+        report.gets = after["gets"] - before["gets"]
+        report.bytes_received = after["bytes_received"] - before["bytes_received"]
         report.duration_ms = int((time.monotonic() - started) * 1000)
+        report.cpu_ms = (time.thread_time() - cpu_started) * 1000
         metrics.SUPERVISOR_CYCLE.observe(report.duration_ms / 1000)
-        _release(name, report)
+        _release(name, who, report)
     return report
 
 
-def _cycle(report: CycleReport, tombstones: Iterable[Mapping[str, Any]]) -> None:
-    site = SiteSettings.load()
-    domain = site.label_domain
+class _Phases:
+    def __init__(self, report: CycleReport) -> None:
+        self._report = report
+        self._at = time.monotonic()
+
+    def __call__(self, name: str) -> None:
+        now = time.monotonic()
+        self._report.phases_ms[name] = round((now - self._at) * 1000, 2)
+        self._at = now
+
+
+def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
+    phase = _Phases(report)
     report.retries_started = _start_due_retries()
-    executions = list(
-        Execution.objects.select_related("job")
-        .filter(state__in=SUPERVISED, submitted_at__isnull=False, job__state__in=SUPERVISED)
-        .order_by("pk")
-    )
-    executions = [e for e in executions if e.job.current_attempt == e.attempt]
-    report.executions = len(executions)
+    phase("retries")
+    executions = source.due()
+    report.executions = source.active()
+    phase("due")
     if not executions:
         return
-    before = gateway.requests_made.total
-    try:
-        observed = gateway.list_supervised(f"{domain}/job")
-    except ClusterError as exc:
-        report.api_requests = gateway.requests_made.total - before
-        report.error = str(exc)
-        report.transitions = sum(_mark_unknown(e, str(exc)) for e in executions)
-        return
-    report.api_requests = gateway.requests_made.total - before
-
+    observation = source.observe(executions)
+    phase("observe")
+    failures = sorted({m for failed in observation.errors.values() for m in failed.values()})
+    if failures:
+        report.error = f"{len(failures)} read(s) failed: " + "; ".join(failures)
+    site_domain = SiteSettings.load().label_domain
+    judged: list[Execution] = []
+    for execution in executions:
+        namespace = execution.job.namespace
+        if namespace in observation.waiting:
+            continue
+        failed = observation.errors.get(namespace, {})
+        required = [failed[kind] for kind in REQUIRED_READS if kind in failed]
+        if required:
+            if keeper.lost.is_set():
+                return
+            message = "; ".join(required)
+            report.transitions += _mark_unknown(execution, message, observation.read_at)
+            source.derived(execution, None, True)
+            continue
+        judged.append(execution)
     watched = [
         Watched(
             key=(e.job_id, e.attempt),
@@ -181,50 +379,236 @@ def _cycle(report: CycleReport, tombstones: Iterable[Mapping[str, Any]]) -> None
             trainjob_name=e.trainjob_name,
             memory=dict(e.pods_seen or {}),
             identity_warned=bool(e.job.identity_warnings),
+            domain=domain_of(e, site_domain),
+            ran=e.started_at is not None,
         )
-        for e in executions
+        for e in judged
     ]
-    statuses = derive_all(
-        observed, watched, domain=domain, now=timezone.now(), thresholds=_thresholds(), tombstones=tombstones
+    phase("unknown")
+    with _no_cyclic_gc():
+        groups = {w.key: owned_objects(observation.source, w) for w in watched}
+    phase("group")
+    # The tombstones after the copy was read: a pod missing from it was already kept as one (the watch
+    # records the tombstone before the pod leaves its copy).
+    source.flush()
+    tombstones = _tombstones([e.pk for e in judged])
+    dead = {w.key: [pod for _, pod in tombstones.get(e.pk, [])] for w, e in zip(watched, judged, strict=True)}
+    for item in watched:
+        _add_events_of(groups[item.key], observation.source, item, _uids(dead[item.key]))
+    phase("tombstones")
+    nodes, unread, node_errors = _read_nodes(groups, watched, dead)
+    phase("nodes")
+    statuses = derive_grouped(
+        groups,
+        watched,
+        nodes=nodes,
+        unread_nodes=unread,
+        now=timezone.now(),
+        thresholds=_thresholds(),
+        tombstones=dead,
     )
-    for execution in executions:
-        status = statuses[(execution.job_id, execution.attempt)]
+    report.derived = len(statuses)
+    phase("derive")
+    # State changes first: when many executions changed at once, a failure is written before memory updates.
+    order = sorted(
+        zip(judged, watched, strict=True), key=lambda pair: statuses[pair[1].key].state == pair[0].state
+    )
+    for execution, item in order:
+        status = statuses[item.key]
+        failed = observation.errors.get(execution.job.namespace, {})
+        if EVENT in failed:
+            status.warnings.append(
+                {
+                    "kind": "read",
+                    "object": f"Events in {execution.job.namespace}",
+                    "message": f"{failed[EVENT]}: the status was derived without Events",
+                }
+            )
+        status.warnings.extend(node_errors.get(item.key, []))
+        used = [pk for pk, _ in tombstones.get(execution.pk, [])]
         digest = _digest(status)
         if _nothing_new(status, digest, execution, execution.job.state):
+            consume_tombstones(used)  # the memory already holds what they said
+            source.derived(execution, status, True)
             continue  # checked again under the locks; most executions, most cycles: no lock, no write
-        if apply_status(execution_id=execution.pk, status=status, digest=digest):
-            report.transitions += 1
+        if keeper.lost.is_set():
+            return  # another holder runs cycles now: leave the writing to it
+        changed, supervised = apply_status(
+            execution_id=execution.pk,
+            status=status,
+            digest=digest,
+            observed_at=observation.read_at,
+            tombstone_ids=used,
+            job_id=execution.job_id,
+        )
+        report.transitions += int(changed)
+        source.derived(execution, status, supervised)
+    phase("apply")
 
 
-@dataclass(frozen=True)
-class Watched:
-    """What a cycle knows of one execution before it reads the cluster."""
+def _add_events_of(grouped: Grouped, source: ObjectSource, item: Watched, uids: Iterable[str]) -> None:
+    """The Events about tombstoned pods the memory did not hold yet (owned_objects found those it held)."""
+    events = [o for o in grouped.objects if o.get("kind") == EVENT]
+    have = {str((o.get("metadata") or {}).get("uid") or "") for o in events}
+    for uid in uids:
+        if not uid or uid in item.memory:
+            continue
+        for event in source.events_about(item.namespace, uid):
+            event_uid = str((event.get("metadata") or {}).get("uid") or "")
+            if event_uid not in have:
+                have.add(event_uid)
+                grouped.objects.append(event)
 
-    key: tuple[str, int]  # (job id, attempt)
-    namespace: str
-    trainjob_name: str
-    memory: dict[str, Any]  # pods seen by earlier cycles (Execution.pods_seen)
-    identity_warned: bool
+
+def _uids(pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    return [str((p.get("metadata") or {}).get("uid") or "") for p in pods]
+
+
+def _tombstones(execution_ids: list[int]) -> dict[int, list[tuple[int, dict[str, Any]]]]:
+    found: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    if not execution_ids:
+        return found
+    rows = PodTombstone.objects.filter(execution_id__in=execution_ids).order_by("pk")
+    for pk, execution_id, pod in rows.values_list("pk", "execution_id", "pod"):
+        found.setdefault(execution_id, []).append((pk, pod))
+    return found
+
+
+def _needs_nodes(
+    objects: Iterable[Mapping[str, Any]], memory: Mapping[str, Any], dead: Sequence[Any]
+) -> set[str]:
+    """The nodes an execution's derivation needs: those its pods ran on, once a pod is gone, being deleted or
+    disrupted (only then can a node's loss explain it). A running execution needs none."""
+    names: set[str] = set()
+    needed = bool(dead)
+    for obj in objects:
+        if obj.get("kind") != "Pod":
+            continue
+        names.add(str((obj.get("spec") or {}).get("nodeName") or ""))
+        meta = obj.get("metadata") or {}
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        if meta.get("deletionTimestamp") or any(c.get("type") == "DisruptionTarget" for c in conditions):
+            needed = True
+    for pod in memory.values():
+        names.add(str(pod.get("node") or ""))
+        if pod.get("gone") or pod.get("deleting") or pod.get("disruption"):
+            needed = True
+    for pod in dead:
+        names.add(str((pod.get("spec") or {}).get("nodeName") or ""))
+    names.discard("")
+    return names if needed else set()
+
+
+def _read_nodes(
+    groups: Mapping[tuple[str, int], Grouped],
+    watched: Sequence[Watched],
+    dead: Mapping[tuple[str, int], Sequence[Any]],
+) -> tuple[dict[str, dict[str, Any]], frozenset[str], dict[tuple[str, int], list[dict[str, Any]]]]:
+    """Nodes by name, as the pods need them (get by name, cached briefly); those that could not be read."""
+    wanted = {w.key: _needs_nodes(groups[w.key].objects, w.memory, dead.get(w.key, [])) for w in watched}
+    nodes: dict[str, dict[str, Any]] = {}
+    unread: dict[str, str] = {}
+    for name in sorted(set().union(*wanted.values()) if wanted else set()):
+        try:
+            node = gateway.get_node(name)
+        except NotFound:
+            continue
+        except ClusterError as exc:
+            unread[name] = str(exc)
+            continue
+        if node is not None:
+            nodes[name] = node
+    errors = {
+        key: [
+            {"kind": "read", "object": f"Node {n}", "message": f"{unread[n]}: not judged for node loss"}
+            for n in sorted(names & set(unread))
+        ]
+        for key, names in wanted.items()
+        if names & set(unread)
+    }
+    return nodes, frozenset(unread), errors
+
+
+# ---------------------------------------------------------------- the derivation (pure)
 
 
 def derive_all(
-    observed: gateway.Observed,
+    source: ObjectSource,
     watched: list[Watched],
     *,
-    domain: str,
     now: datetime,
     thresholds: Thresholds,
-    tombstones: Iterable[Mapping[str, Any]] = (),
+    tombstones: Mapping[tuple[str, int], Sequence[Mapping[str, Any]]] | None = None,
+    nodes: Iterable[Mapping[str, Any]] = (),
 ) -> dict[tuple[str, int], DerivedStatus]:
-    """Every watched execution's status from one cycle's reads. Pure; linear in the objects read.
+    """Every watched execution's status from what `source` observed: its owner chain, then derive. Pure."""
+    dead = tombstones or {}
+    with _no_cyclic_gc():
+        groups = {w.key: owned_objects(source, w, also_about=_uids(dead.get(w.key, []))) for w in watched}
+    by_name = {str((n.get("metadata") or {}).get("name", "")): dict(n) for n in nodes}
+    return derive_grouped(groups, watched, nodes=by_name, now=now, thresholds=thresholds, tombstones=dead)
+
+
+def derive_grouped(
+    groups: Mapping[tuple[str, int], Grouped],
+    watched: list[Watched],
+    *,
+    nodes: Mapping[str, Mapping[str, Any]],
+    now: datetime,
+    thresholds: Thresholds,
+    tombstones: Mapping[tuple[str, int], Sequence[Mapping[str, Any]]],
+    unread_nodes: frozenset[str] = frozenset(),
+) -> dict[tuple[str, int], DerivedStatus]:
+    """Each execution's status from its grouped objects. Pure; linear in the objects.
 
     The cyclic garbage collector is paused meanwhile: the derivation allocates many small objects (and
     makes no reference cycles), and each collection it would trigger walks every object the cycle read, so
     with 5,000 executions about a fifth of the time went to collections that free nothing."""
     with _no_cyclic_gc():
-        return _derive_all(
-            observed, watched, domain=domain, now=now, thresholds=thresholds, tombstones=tombstones
-        )
+        statuses = {}
+        for item in watched:
+            grouped = groups[item.key]
+            memory = _with_tombstones(item, tombstones.get(item.key, ()), grouped)
+            objects = grouped.objects + _nodes_for(grouped.objects, memory, nodes)
+            ctx = Context(
+                now=now,
+                label_domain=item.domain,
+                attempt=item.key[1],
+                identity_warned=item.identity_warned,
+                thresholds=thresholds,
+                ran=item.ran,
+                unread_nodes=unread_nodes,
+            )
+            status = derive(objects, ctx, memory)
+            status.warnings = grouped.warning_list()
+            statuses[item.key] = status
+        return statuses
+
+
+def _with_tombstones(item: Watched, dead: Iterable[Mapping[str, Any]], grouped: Grouped) -> dict[str, Any]:
+    """The execution's memory with the pods a watch saw deleted. A watched deletion carries the pod's last
+    state (its DisruptionTarget): it wins over what earlier cycles saw, even when a cycle already found the
+    pod gone (it vanished between two reads, so that cycle remembered it without the condition); when it was
+    found gone is kept. A tombstone counts only for a pod of this execution: one the memory holds, or one
+    whose Job is in the chain."""
+    memory = dict(item.memory)
+    for pod in dead:
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        owners = {str(r.get("uid")) for r in meta.get("ownerReferences") or () if r.get("uid")}
+        if uid not in memory and not owners & grouped.job_uids:
+            continue
+        condensed = condense_pod(pod, item.domain)
+        memory[condensed["uid"]] = {**condensed, "gone": (memory.get(condensed["uid"]) or {}).get("gone")}
+    return memory
+
+
+def _nodes_for(
+    objects: Iterable[Mapping[str, Any]], memory: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]
+) -> list[Any]:
+    names = {str((o.get("spec") or {}).get("nodeName") or "") for o in objects if o.get("kind") == "Pod"}
+    names |= {str(p.get("node") or "") for p in memory.values()}
+    return [nodes[n] for n in sorted(names) if n and n in nodes]
 
 
 @contextmanager
@@ -236,43 +620,3 @@ def _no_cyclic_gc() -> Iterator[None]:
     finally:
         if paused:
             gc.enable()
-
-
-def _derive_all(
-    observed: gateway.Observed,
-    watched: list[Watched],
-    *,
-    domain: str,
-    now: datetime,
-    thresholds: Thresholds,
-    tombstones: Iterable[Mapping[str, Any]],
-) -> dict[tuple[str, int], DerivedStatus]:
-    keys = {w.key for w in watched}
-    names = {f"{w.namespace}/{w.trainjob_name}": w.key for w in watched}
-    grouped = group_objects(observed, domain, keys, names)
-    nodes = {str((n.get("metadata") or {}).get("name", "")): n for n in observed.nodes}
-    dead: dict[tuple[str, int], dict[str, Any]] = {}
-    for pod in tombstones:
-        key = _execution_key(pod, domain)
-        if key in grouped:
-            condensed = condense_pod(pod, domain)
-            dead.setdefault(key, {})[condensed["uid"]] = condensed
-    statuses = {}
-    for item in watched:
-        objects = grouped[item.key]
-        memory = dict(item.memory)
-        for uid, pod in dead.get(item.key, {}).items():
-            # A watched deletion carries the pod's last state (its DisruptionTarget): it wins over what
-            # earlier cycles saw, even when a cycle already found the pod gone (it vanished between two
-            # reads, so that cycle remembered it without the condition); only when it was found gone is kept.
-            memory[uid] = {**pod, "gone": (memory.get(uid) or {}).get("gone")}
-        objects = objects + _nodes_for(objects, memory, nodes)
-        ctx = Context(
-            now=now,
-            label_domain=domain,
-            attempt=item.key[1],
-            identity_warned=item.identity_warned,
-            thresholds=thresholds,
-        )
-        statuses[item.key] = derive(objects, ctx, memory)
-    return statuses

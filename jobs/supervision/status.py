@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from dispatch_site.names import DEFAULT_LABEL_DOMAIN
@@ -88,6 +88,12 @@ class Context:
     attempt: int | None = None  # None: read from the objects' labels
     identity_warned: bool = False  # the plan carried an allowRankRestart identity warning
     thresholds: Thresholds = field(default_factory=Thresholds)
+    # The execution was seen running before (a job that ran never reads `queued` again, unless Kueue requeued
+    # it): the cycle sets it from Execution.started_at; the pods' memory says so too.
+    ran: bool = False
+    # Nodes the cycle could not read (forbidden, unreachable): a pod on one of them is not judged node-lost
+    # for want of its node; a node absent from the input and not named here was not found (deleted).
+    unread_nodes: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -105,6 +111,11 @@ class DerivedStatus:
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # pod uid -> condensed pod (the memory)
     # Set when dispatch itself has to act: stop the TrainJob (a waiting cause ran out, or the promise broke).
     stop: bool = False
+    # What the page may show beside the status, plain data {kind, message, object}: objects that carry the
+    # job's labels outside its TrainJob's owner chain (ignored), reads that failed. Filled by the cycle.
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+    # When a waiting cause's threshold runs out: the result may change then with no object changing.
+    recheck_at: datetime | None = None
 
     @property
     def terminal(self) -> bool:
@@ -339,11 +350,16 @@ def _pod_ref(pod: Mapping[str, Any]) -> str:
     return f"Pod {pod.get('namespace')}/{pod.get('name')}"
 
 
-def _node_lost(node_name: str, nodes: Mapping[str, Mapping[str, Any]]) -> tuple[bool, list[dict[str, Any]]]:
-    """Is the node gone or unreachable, with the evidence that says so."""
+def _node_lost(
+    node_name: str, nodes: Mapping[str, Mapping[str, Any]], unread: frozenset[str] = frozenset()
+) -> tuple[bool, list[dict[str, Any]]]:
+    """Is the node gone or unreachable, with the evidence that says so. A node that could not be read proves
+    nothing either way."""
     if not node_name:
         return False, []
     node = nodes.get(node_name)
+    if node is None and node_name in unread:
+        return False, [_ev(f"Node {node_name}", "metadata", "could not be read")]
     if node is None:
         return True, [_ev(f"Node {node_name}", "metadata", "not found (deleted)")]
     evidence = []
@@ -383,6 +399,7 @@ def classify_pod(
     pod: Mapping[str, Any],
     pod_events: Sequence[EventView],
     nodes: Mapping[str, Mapping[str, Any]],
+    unread_nodes: frozenset[str] = frozenset(),
 ) -> PodFailure | None:
     """Why this pod failed, or None when it shows no failure. `pod` is a condensed pod."""
     ref = _pod_ref(pod)
@@ -422,9 +439,9 @@ def classify_pod(
         if dr == "PreemptionByScheduler":
             return failure(PREEMPTED, at, ev)
         if dr == "DeletionByPodGC":
-            return failure(NODE_LOST, at, ev + _node_lost(d.get("node", ""), nodes)[1])
+            return failure(NODE_LOST, at, ev + _node_lost(d.get("node", ""), nodes, unread_nodes)[1])
         if dr == "DeletionByTaintManager":
-            lost, node_ev = _node_lost(d.get("node", ""), nodes)
+            lost, node_ev = _node_lost(d.get("node", ""), nodes, unread_nodes)
             return failure(NODE_LOST if lost else EVICTED, at, ev + node_ev)
         if dr == "TerminationByKubelet":
             message = disruption.get("message", "")
@@ -499,7 +516,7 @@ def classify_pod(
         if event.reason == "Preempted":
             return failure(PREEMPTED, event.at, [_ev(ref, "event[Preempted]", event.message, event.at)])
         if event.reason == "TaintManagerEviction" and event.message.startswith("Marking for deletion"):
-            lost, node_ev = _node_lost(d.get("node", ""), nodes)
+            lost, node_ev = _node_lost(d.get("node", ""), nodes, unread_nodes)
             return failure(
                 NODE_LOST if lost else EVICTED,
                 event.at,
@@ -530,7 +547,7 @@ def classify_pod(
     # unreachable (§10): a node merely absent from the input proves nothing for a pod still listed (PodGC
     # would have written DeletionByPodGC on it).
     if d.get("gone") or d.get("deleting"):
-        lost, node_ev = _node_lost(d.get("node", ""), nodes)
+        lost, node_ev = _node_lost(d.get("node", ""), nodes, unread_nodes)
         if lost and (d.get("gone") or d.get("node", "") in nodes):
             return failure(
                 NODE_LOST,
@@ -728,7 +745,8 @@ def derive(
     failures = [
         f
         for pod in pods.values()
-        if (f := classify_pod(pod, pod_events.get(str(pod.get("name")), []), nodes)) is not None
+        if (f := classify_pod(pod, pod_events.get(str(pod.get("name")), []), nodes, ctx.unread_nodes))
+        is not None
     ]
     failures.sort(key=lambda f: (f.at or datetime.max.replace(tzinfo=UTC), f.pod.get("rank") or 0))
     current_failures = [f for f in failures if f.pod.get("restart_attempt", 0) == restart_attempt]
@@ -814,8 +832,13 @@ def derive(
 
     complete = _true(trainjob, "Complete") or (_true(jobset, "Completed") if jobset else None)
     if complete:
+        # Complete wins the state (status-facts §12): a preempted rank that exits 0 on SIGTERM completes its
+        # index. A rank that ran twice is still a finding: kept on the status (and the timeline), and said.
         status.state = SUCCEEDED
         status.message = str(complete.get("message") or "completed")
+        unexpected = [f for f in status.identity_findings if not f.get("expected")]
+        if unexpected:
+            status.message += f"; identity finding: {unexpected[0]['why']}"
         return status
 
     failed = _true(trainjob, "Failed")
@@ -947,43 +970,14 @@ def derive(
                 fail(CONFIG_ERROR, latest.message, ev)
                 status.stop = True
                 return status
+            if since:
+                _recheck(status, since, ctx.thresholds.resources_failed_after)
         status.queued_reason = {
             "reason": "awaiting-jobset",
             "message": "the Trainer has not built the JobSet yet",
             "since": _meta(trainjob).get("creationTimestamp"),
         }
         return status
-
-    # Jobs that cannot create their pods (admission, quota).
-    for event in events:
-        if (
-            event.kind == "Job"
-            and event.reason == "FailedCreate"
-            and any(_name(j) == event.name for j in jobs)
-        ):
-            cause = NO_CAPACITY if "exceeded quota" in event.message else CONFIG_ERROR
-            since = event.at
-            ev = [
-                _ev(
-                    f"Job {_meta(trainjob).get('namespace')}/{event.name}",
-                    "event[FailedCreate]",
-                    event.message,
-                    event.at,
-                )
-            ]
-            status.queued_reason = {
-                "reason": "pods-not-created",
-                "message": event.message,
-                "since": _iso(since),
-            }
-            if (
-                not any(p for p in pods.values() if not p.get("gone"))
-                and since
-                and (ctx.now - since).total_seconds() >= ctx.thresholds.resources_failed_after
-            ):
-                fail(cause, event.message, ev)
-                status.stop = True
-            return status
 
     live = [
         p
@@ -1024,27 +1018,128 @@ def derive(
         status.stop = True
         return status
 
-    if any(p.get("phase") == "Running" for p in live):
-        status.state = RUNNING
-        status.message = f"{sum(1 for p in live if p.get('phase') == 'Running')} of {len(live)} pods running"
-        _waiting(status, live, events, ctx, running=True)
+    # Under dispatch's rules (backoffLimit 0, no podFailurePolicy Ignore, no per-index retries, no JobSet
+    # restarts) a rank pod that ended Failed fails its Job, and the JobSet and TrainJob with it: read it now,
+    # not after the Job controller writes it (it batches pod updates for a second, longer when busy). With the
+    # plan's allowRankRestart warning the Job may replace the pod: then its condition decides.
+    if not ctx.identity_warned and any(f.pod.get("phase") == "Failed" for f in current_failures):
+        fail_from_pods([])
         return status
-    if live and all(p.get("phase") == "Succeeded" for p in live):
+
+    running = [p for p in live if p.get("phase") == "Running"]
+    if running:
+        status.state = RUNNING
+        status.message = f"{len(running)} of {len(live)} pods running"
+        _waiting(status, live, events, ctx, running=True)
+    elif live and all(p.get("phase") == "Succeeded" for p in live):
         status.state = RUNNING
         status.message = "all pods succeeded; the TrainJob is completing"
-        return status
-    status.state = QUEUED
-    _waiting(status, live, events, ctx, running=False)
-    if not status.queued_reason:
-        status.queued_reason = {
-            "reason": "awaiting-pods",
-            "message": "the JobSet's pods are being created",
-            "since": _meta(jobset).get("creationTimestamp"),
-        }
+    else:
+        status.state = QUEUED
+        _waiting(status, live, events, ctx, running=False)
+        if not status.queued_reason:
+            status.queued_reason = {
+                "reason": "awaiting-pods",
+                "message": "the JobSet's pods are being created",
+                "since": _meta(jobset).get("creationTimestamp"),
+            }
+    if status.state in (RUNNING, QUEUED):
+        _create_failures(status, events, jobs, pods, restart_attempt, ctx, _meta(trainjob).get("namespace"))
+    if status.state == QUEUED and (ctx.ran or _ran(pods.values())):
+        # A job that ran never reads `queued` again unless Kueue requeued it (a suspended TrainJob, above):
+        # its pods ended or are going (the Job reports the failure a moment later), or are being replaced.
+        status.state = RUNNING
+        status.message = f"0 of {len(live)} pods running"
+        if current_failures:
+            status.message += (
+                f"; {_sentence(current_failures[0], attempt)}, waiting for its Job to report the failure"
+            )
     if workload_cause and status.state == QUEUED:
         status.cause, ev = workload_cause
         status.evidence = ev + status.evidence
     return status
+
+
+def _ran(pods: Iterable[Mapping[str, Any]]) -> bool:
+    """Did any pod run: seen Running or finished, or a container that started or ended."""
+    for pod in pods:
+        if pod.get("phase") in ("Running", "Succeeded", "Failed") and not pod.get("unschedulable"):
+            return True
+        for row in [*pod.get("containers", []), *pod.get("init_containers", [])]:
+            started = row.get("running") or row.get("terminated") or row.get("last_terminated")
+            if started and not row.get("sidecar"):
+                return True
+    return False
+
+
+def _create_failures(
+    status: DerivedStatus,
+    events: Sequence[EventView],
+    jobs: Sequence[Mapping[str, Any]],
+    pods: Mapping[str, Mapping[str, Any]],
+    restart_attempt: int,
+    ctx: Context,
+    namespace: Any,
+) -> None:
+    """A Job of the current restart attempt that cannot create its pods (admission, quota): FailedCreate
+    events newer than the newest pod that Job made. An old FailedCreate (a quota that was raised since, the
+    pods then made) says nothing about now. Waits like any waiting cause: "exceeded quota" is no capacity
+    (NO_CAPACITY_AFTER_SECONDS), anything else a configuration error (an admission denial, 15 s); past it
+    the execution fails and dispatch stops it."""
+    current = {_name(j): j for j in jobs if (_int(_labels(j).get(RESTART_ATTEMPT)) or 0) == restart_attempt}
+    streaks: dict[str, list[EventView]] = {}
+    for event in events:
+        if event.kind != "Job" or event.reason != "FailedCreate" or event.name not in current:
+            continue
+        job_uid = str(_meta(current[event.name]).get("uid") or "")
+        if event.uid and job_uid and event.uid != job_uid:
+            continue  # about an earlier Job of that name (a JobSet restart recreates the same names)
+        streaks.setdefault(event.name, []).append(event)
+    for job_name, streak in sorted(streaks.items()):
+        made = [
+            parse_time(p.get("created"))
+            for p in pods.values()
+            if str(p.get("name", "")).startswith(f"{job_name}-")
+            and p.get("restart_attempt", 0) == restart_attempt
+        ]
+        newest_pod = max((m for m in made if m), default=None)
+        # Pod creation times have whole seconds: a pod made in the second of a failure counts as after it.
+        after = [
+            e
+            for e in streak
+            if e.at is not None and (newest_pod is None or e.at.replace(microsecond=0) > newest_pod)
+        ]
+        if not after:
+            continue  # a pod was made after the last failure: resolved
+        latest = max(after, key=lambda e: e.at or datetime.min.replace(tzinfo=UTC))
+        since = min(e.first or e.at or ctx.now for e in after)
+        if newest_pod is not None and since < newest_pod:
+            since = newest_pod  # a repeated event's first time may predate the pod that resolved it once
+        quota = "exceeded quota" in latest.message
+        cause = NO_CAPACITY if quota else CONFIG_ERROR
+        threshold = ctx.thresholds.no_capacity_after if quota else ctx.thresholds.resources_failed_after
+        status.queued_reason = {
+            "reason": "pods-not-created",
+            "message": latest.message,
+            "since": _iso(since),
+        }
+        waited = (ctx.now - since).total_seconds()
+        if waited < threshold:
+            _recheck(status, since, threshold)
+            return
+        ev = [_ev(f"Job {namespace}/{job_name}", "event[FailedCreate]", latest.message, latest.at)]
+        status.state = FAILED
+        status.cause = cause
+        status.message = f"the Job {job_name} could not create its pods for {int(waited)} s: {latest.message}"
+        status.evidence = ev + status.evidence
+        status.stop = True
+        return
+
+
+def _recheck(status: DerivedStatus, since: datetime, threshold: float) -> None:
+    due = since + timedelta(seconds=threshold)
+    if status.recheck_at is None or due < status.recheck_at:
+        status.recheck_at = due
 
 
 def _waiting(
@@ -1120,6 +1215,8 @@ def _wait_or_fail(
     status.queued_reason = {"reason": reason, "message": message, "since": since_text, "pod": pod["name"]}
     since = parse_time(since_text)
     if since is None or (ctx.now - since).total_seconds() < threshold:
+        if since is not None:
+            _recheck(status, since, threshold)
         return
     waited = int((ctx.now - since).total_seconds())
     status.state = FAILED
@@ -1280,3 +1377,17 @@ def _admission_message(workloads: Sequence[Mapping[str, Any]]) -> str:
         if cond is not None and cond.get("status") == "False":
             return f"awaiting admission: {cond.get('reason', '')}: {cond.get('message', '')}".strip(": ")
     return ""
+
+
+def merge_memory(stored: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The pods' memory to write: what a derivation remembered (`new`), plus any pod another writer stored
+    meanwhile that it did not see. Memory is only added to, and a pod's DisruptionTarget once seen is kept
+    (the last state of a pod that vanished is the evidence), so it never goes back."""
+    merged = dict(new)
+    for uid, pod in stored.items():
+        mine = merged.get(uid)
+        if mine is None:
+            merged[uid] = pod
+        elif pod.get("disruption") and not mine.get("disruption"):
+            merged[uid] = {**mine, "disruption": pod["disruption"]}
+    return merged

@@ -1,4 +1,5 @@
-"""Celery task of supervision: the beat's cycle."""
+"""Celery task of supervision: the beat's cycle (plain list reads), unless a `manage.py supervise` with
+watches is alive: it does the same work from its watches (jobs.supervision.watch)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from celery import shared_task
 
 from jobs import enqueue
 from jobs.supervision import cycle
+from jobs.supervision.watch import watcher_alive
 
 logger = logging.getLogger(__name__)
 
@@ -15,6 +17,8 @@ logger = logging.getLogger(__name__)
 @shared_task(name=enqueue.SUPERVISE, ignore_result=True)
 def supervise() -> None:
     """Beat: one supervision cycle (jobs.supervision.cycle). A cycle that finds another one running skips."""
+    if watcher_alive():
+        return
     report = cycle.supervise()
     if report.ran and (report.transitions or report.retries_started or report.error):
         logger.info(

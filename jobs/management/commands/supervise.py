@@ -1,9 +1,11 @@
-"""`manage.py supervise [--once]`: the supervisor, with a pod watch between its cycles
-(jobs.supervision.watch)."""
+"""`manage.py supervise [--once] [--no-watch] [--stats]`: the supervisor (jobs.supervision.watch)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import signal
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
@@ -14,10 +16,18 @@ from jobs.supervision.watch import run_forever
 
 
 class Command(BaseCommand):
-    help = "Run the supervisor: a cycle every SUPERVISOR_INTERVAL_SECONDS, and at once when a pod changes."
+    help = "Run the supervisor: watches, and a cycle as soon as something changed (else every interval)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--once", action="store_true", help="run one cycle and exit")
+        parser.add_argument("--once", action="store_true", help="run one cycle (plain list reads) and exit")
+        parser.add_argument(
+            "--no-watch",
+            action="store_true",
+            help="no watches: a cycle of plain list reads every interval (what the beat's cycle does)",
+        )
+        parser.add_argument(
+            "--stats", action="store_true", help="print one JSON line per cycle (what it read, derived, cost)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["once"]:
@@ -35,4 +45,24 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
-        run_forever(lambda: stop["now"])
+
+        def stats(report: cycle.CycleReport) -> None:
+            if report.ran:
+                line = dataclasses.asdict(report) | {"rss_kib": _rss_kib()}
+                self.stdout.write(json.dumps(line))
+                self.stdout.flush()
+
+        run_forever(
+            lambda: stop["now"], watch=not options["no_watch"], on_cycle=stats if options["stats"] else None
+        )
+
+
+def _rss_kib() -> int:
+    """The process's resident memory now (Linux: /proc/self/status VmRSS), 0 where unknown."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0

@@ -12,155 +12,27 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
-from django.test import TestCase
 from kubernetes import client
-from rest_framework.test import APIClient
 
 from jobs.models import Execution, Job, JobEvent, JobState
 from jobs.supervision.watch import cycle
+from tests.jobs.supervision.support import api as _api
+from tests.jobs.supervision.support import body as _body
+from tests.jobs.supervision.support import get as _get
+from tests.jobs.supervision.support import pods_of as _pods
+from tests.jobs.supervision.support import running_pods as _running
+from tests.jobs.supervision.support import submit as _submit
+from tests.jobs.supervision.support import supervise_until, supervisor_process
+from tests.jobs.supervision.support import trainjob_exists as _trainjob_exists
+from tests.jobs.supervision.support import wait_job as _wait_job
 from tests.support.dispatch import GROUP, VERSION, trainer_job, wait_for
 
 pytestmark = [pytest.mark.cluster]
-
-
-def _api(token: str) -> APIClient:
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    return api
-
-
-def _body(namespace: str, env: dict[str, str], **extra: Any) -> dict[str, Any]:
-    return {
-        "runtime": {"kind": "TrainingRuntime", "name": "team-runtime"},
-        "namespace": namespace,
-        "image": "localhost/trainer:v1",
-        "num_nodes": 2,
-        "env": env,
-    } | extra
-
-
-def _submit(token: str, body: dict[str, Any], capture: Any) -> str:
-    with capture(execute=True):
-        response = _api(token).post("/api/v1/jobs", body, format="json")
-    assert response.status_code == 202, response.json()
-    job_id: str = response.json()["id"]
-    assert Job.objects.get(pk=job_id).state == JobState.QUEUED
-    return job_id
-
-
-def _get(token: str, job_id: str) -> dict[str, Any]:
-    response = _api(token).get(f"/api/v1/jobs/{job_id}")
-    assert response.status_code == 200
-    data: dict[str, Any] = response.json()
-    return data
-
-
-def supervise_until(
-    token: str,
-    job_id: str,
-    predicate: Callable[[dict[str, Any]], bool],
-    *,
-    timeout: float = 90,
-    what: str = "",
-) -> dict[str, Any]:
-    """Run supervision cycles (the beat task's code) until the job, read through the API, satisfies
-    `predicate`."""
-    seen: list[dict[str, Any]] = []
-
-    def check() -> dict[str, Any] | None:
-        # What the cycle enqueues on commit (start attempt A+1, remove objects) runs, as a worker would.
-        with TestCase.captureOnCommitCallbacks(execute=True):
-            cycle.supervise()
-        data = _get(token, job_id)
-        seen.append({k: data.get(k) for k in ("state", "cause", "message")})
-        return data if predicate(data) else None
-
-    try:
-        result: dict[str, Any] = wait_for(check, timeout=timeout, interval=0.5, what=what)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; last seen: {seen[-3:]}") from None
-    return result
-
-
-def _pods(kube: Any, namespace: str, job_id: str, attempt: int = 1) -> list[Any]:
-    selector = f"dispatch.dev/job={job_id},dispatch.dev/attempt={attempt}"
-    return list(kube.core.list_namespaced_pod(namespace, label_selector=selector).items)
-
-
-def _running(kube: Any, namespace: str, job_id: str, count: int = 2, attempt: int = 1) -> list[Any]:
-    def ready() -> list[Any] | None:
-        pods = _pods(kube, namespace, job_id, attempt)
-        return pods if len(pods) == count and all(p.status.phase == "Running" for p in pods) else None
-
-    result: list[Any] = wait_for(ready, timeout=60, what=f"{count} running pods of attempt {attempt}")
-    return result
-
-
-@pytest.fixture
-def runtime_on(namespaced_runtime: Callable[..., Any]) -> Callable[[str | None], None]:
-    """team-runtime, optionally pinned to one dedicated node (nodeSelector + toleration of its taint)."""
-
-    def create(node: str | None = None) -> None:
-        def pin(body: dict[str, Any]) -> None:
-            pod_spec = trainer_job(body)["template"]["spec"]["template"]["spec"]
-            if node:
-                pod_spec["nodeSelector"] = {"kubernetes.io/hostname": node}
-                pod_spec["tolerations"] = [
-                    {
-                        "key": "dispatch.test/dedicated",
-                        "operator": "Equal",
-                        "value": node,
-                        "effect": "NoSchedule",
-                    }
-                ]
-
-        namespaced_runtime(mutate=pin)
-
-    return create
-
-
-@pytest.fixture
-def dedicated_node(kube: Any) -> Iterator[Callable[..., str]]:
-    """A KWOK node only the test's pods tolerate (KWOK manages every node: --manage-all-nodes)."""
-    made: list[str] = []
-
-    def create(cpu: str = "32") -> str:
-        name = f"t-node-{uuid.uuid4().hex[:8]}"
-        capacity = {"cpu": cpu, "memory": "64Gi", "pods": "110"}
-        kube.core.create_node(
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {
-                    "name": name,
-                    "annotations": {"kwok.x-k8s.io/node": "fake"},
-                    "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
-                },
-                "spec": {
-                    "taints": [{"key": "dispatch.test/dedicated", "value": name, "effect": "NoSchedule"}]
-                },
-                "status": {"allocatable": capacity, "capacity": capacity},
-            }
-        )
-        made.append(name)
-
-        def ready() -> bool:
-            node = kube.core.read_node(name)
-            return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
-
-        wait_for(ready, timeout=30, what=f"node {name} Ready")
-        return name
-
-    yield create
-    for name in made:
-        with contextlib.suppress(client.ApiException):
-            kube.core.delete_node(name)
 
 
 # ---------------------------------------------------------------- one test per cause
@@ -248,16 +120,6 @@ def test_requests_above_capacity_wait_with_the_schedulers_reason_then_fail_as_no
     wait_for(
         lambda: not _trainjob_exists(kube, namespace, f"{job_id}-1"), timeout=30, what="TrainJob deleted"
     )
-
-
-def _trainjob_exists(kube: Any, namespace: str, name: str) -> bool:
-    try:
-        kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True
 
 
 @pytest.mark.django_db
@@ -517,37 +379,6 @@ def test_an_admission_denial_stays_config_error_under_supervision(
 
 
 # ---------------------------------------------------------------- with the pod watch (manage.py supervise)
-
-
-@contextlib.contextmanager
-def supervisor_process() -> Iterator[None]:
-    """The `manage.py supervise` loop (cycles plus the pod watch) in a thread, on its own DB connection."""
-    from jobs.supervision.watch import run_forever
-
-    stop = threading.Event()
-
-    def run() -> None:
-        try:
-            run_forever(stop.is_set, interval=2)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=15)
-
-
-def _wait_job(job_id: str, predicate: Callable[[Job], bool], timeout: float = 90, what: str = "") -> Job:
-    def check() -> Job | None:
-        job = Job.objects.get(pk=job_id)
-        return job if predicate(job) else None
-
-    result: Job = wait_for(check, timeout=timeout, interval=0.25, what=what)
-    return result
 
 
 @pytest.mark.django_db(transaction=True)

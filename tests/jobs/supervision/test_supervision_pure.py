@@ -12,13 +12,17 @@ from typing import Any
 
 import pytest
 
-from cluster.gateway import Observed
 from jobs.supervision.cycle import Watched, derive_all
+from jobs.supervision.grouping import StaticIndex
 from jobs.supervision.status import condense_pod
 from jobs.waits import Thresholds
 
 NS, JOB, NAME = "team", "jabcdefghij", "jabcdefghij-1"
 LABELS = {"dispatch.dev/job": JOB, "dispatch.dev/attempt": "1"}
+
+
+def _owner(kind: str, name: str) -> dict[str, Any]:
+    return {"ownerReferences": [{"kind": kind, "name": name, "uid": f"uid-{name}", "controller": True}]}
 
 
 def _pod(disrupted: bool) -> dict[str, Any]:
@@ -39,6 +43,7 @@ def _pod(disrupted: bool) -> dict[str, Any]:
             "name": f"{NAME}-node-0-1-abcde",
             "namespace": NS,
             "uid": "pod-1",
+            **_owner("Job", f"{NAME}-node-0"),
             "labels": {
                 **LABELS,
                 "batch.kubernetes.io/job-completion-index": "1",
@@ -51,13 +56,15 @@ def _pod(disrupted: bool) -> dict[str, Any]:
     }
 
 
-def _observed() -> Observed:
+def _observed() -> StaticIndex:
     meta = {"namespace": NS, "labels": LABELS}
     failed_job = {
         "kind": "Job",
         "metadata": {
             **meta,
             "name": f"{NAME}-node-0",
+            "uid": f"uid-{NAME}-node-0",
+            **_owner("JobSet", NAME),
             "labels": {**LABELS, "jobset.sigs.k8s.io/restart-attempt": "0"},
         },
         "status": {
@@ -72,14 +79,16 @@ def _observed() -> Observed:
             ],
         },
     }
-    return Observed(
-        trainjobs=[{"kind": "TrainJob", "metadata": {**meta, "name": NAME}, "status": {}}],
-        jobsets=[{"kind": "JobSet", "metadata": {**meta, "name": NAME}, "status": {"restarts": 0}}],
-        jobs=[failed_job],
-        pods=[],
-        events=[],
-        nodes=[{"kind": "Node", "metadata": {"name": "kwok-node-0"}, "status": {"conditions": []}}],
-    )
+    trainjob = {"kind": "TrainJob", "metadata": {**meta, "name": NAME, "uid": f"uid-{NAME}"}, "status": {}}
+    jobset = {
+        "kind": "JobSet",
+        "metadata": {**meta, "name": NAME, "uid": f"uid-{NAME}", **_owner("TrainJob", NAME)},
+        "status": {"restarts": 0},
+    }
+    return StaticIndex([trainjob, jobset, failed_job], ["dispatch.dev"])
+
+
+NODES = [{"kind": "Node", "metadata": {"name": "kwok-node-0"}, "status": {"conditions": []}}]
 
 
 def _cycle_after_the_pod_was_found_gone(tombstones: list[dict[str, Any]]) -> Any:
@@ -97,10 +106,10 @@ def _cycle_after_the_pod_was_found_gone(tombstones: list[dict[str, Any]]) -> Any
     statuses = derive_all(
         _observed(),
         watched,
-        domain="dispatch.dev",
         now=datetime(2026, 11, 30, 10, 0, 8, tzinfo=UTC),
         thresholds=Thresholds(),
-        tombstones=tombstones,
+        tombstones={(JOB, 1): tombstones},
+        nodes=NODES,
     )
     return statuses[(JOB, 1)]
 
@@ -120,9 +129,231 @@ def test_the_garbage_collector_runs_again_after_a_cycle_even_one_that_raised() -
     """derive_all pauses the cyclic collector while it derives (a fifth of a 5,000-job cycle went to
     collections): a worker must not be left without it, whether the derivation ends or raises."""
     assert gc.isenabled()
-    derive_all(_observed(), [], domain="dispatch.dev", now=datetime.now(UTC), thresholds=Thresholds())
+    derive_all(_observed(), [], now=datetime.now(UTC), thresholds=Thresholds())
     assert gc.isenabled()
     broken = [Watched(key=(JOB, 1), namespace=NS, trainjob_name=NAME, memory=None, identity_warned=False)]  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        derive_all(_observed(), broken, domain="dispatch.dev", now=datetime.now(UTC), thresholds=Thresholds())
+        derive_all(_observed(), broken, now=datetime.now(UTC), thresholds=Thresholds())
     assert gc.isenabled()
+
+
+# ---------------------------------------------------------------- the owner chain, FailedCreate, memory, TTL
+
+
+def _chain_pod(name: str, rank: int, *, owner: bool = True, namespace: str = NS) -> dict[str, Any]:
+    pod = _pod(disrupted=False)
+    pod["metadata"] = {
+        **pod["metadata"],
+        "name": name,
+        "namespace": namespace,
+        "uid": f"uid-{name}",
+        "creationTimestamp": "2026-11-30T10:00:02Z",
+        "labels": {**pod["metadata"]["labels"], "batch.kubernetes.io/job-completion-index": str(rank)},
+    }
+    if not owner:
+        pod["metadata"].pop("ownerReferences")
+    return pod
+
+
+def test_labelled_objects_outside_the_owner_chain_are_ignored_and_named() -> None:
+    index = StaticIndex(
+        [
+            *_observed_objects(failed=False),
+            _chain_pod(f"{NAME}-node-0-0-aaaaa", 0),
+            _chain_pod(f"{NAME}-node-0-1-bbbbb", 1),
+            _chain_pod("stranger-here", 1, owner=False),
+            _chain_pod("stranger-elsewhere", 1, namespace="elsewhere"),
+        ],
+        ["dispatch.dev"],
+    )
+    watched = [Watched(key=(JOB, 1), namespace=NS, trainjob_name=NAME, memory={}, identity_warned=False)]
+    status = derive_all(
+        index, watched, now=datetime(2026, 11, 30, 10, 0, 8, tzinfo=UTC), thresholds=Thresholds()
+    )[(JOB, 1)]
+    assert (status.state, status.identity_findings) == ("running", [])
+    assert sorted(w["object"] for w in status.warnings) == [
+        "Pod elsewhere/stranger-elsewhere",
+        f"Pod {NS}/stranger-here",
+    ]
+
+
+def _observed_objects(*, failed: bool) -> list[dict[str, Any]]:
+    meta = {"namespace": NS, "labels": LABELS}
+    trainjob = {"kind": "TrainJob", "metadata": {**meta, "name": NAME, "uid": f"uid-{NAME}"}, "status": {}}
+    jobset = {
+        "kind": "JobSet",
+        "metadata": {**meta, "name": NAME, "uid": f"uid-{NAME}", **_owner("TrainJob", NAME)},
+        "status": {"restarts": 0},
+    }
+    job = {
+        "kind": "Job",
+        "metadata": {
+            **meta,
+            "name": f"{NAME}-node-0",
+            "uid": f"uid-{NAME}-node-0",
+            **_owner("JobSet", NAME),
+            "labels": {**LABELS, "jobset.sigs.k8s.io/restart-attempt": "0"},
+        },
+        "status": {},
+    }
+    return [trainjob, jobset, job]
+
+
+def test_an_old_failed_create_neither_pins_a_running_job_nor_skips_the_identity_check() -> None:
+    """A FailedCreate (exceeded quota) at 10:00:00, then pods made at 10:00:02: resolved, says nothing. And
+    two pods for rank 1 beside a FailedCreate still break the promise."""
+    failed_create = {
+        "kind": "Event",
+        "metadata": {"namespace": NS, "name": "e1", "uid": "e1"},
+        "involvedObject": {
+            "kind": "Job",
+            "namespace": NS,
+            "name": f"{NAME}-node-0",
+            "uid": f"uid-{NAME}-node-0",
+        },
+        "reason": "FailedCreate",
+        "type": "Warning",
+        "message": 'Error creating: pods "x" is forbidden: exceeded quota: q',
+        "firstTimestamp": "2026-11-30T10:00:00Z",
+        "lastTimestamp": "2026-11-30T10:00:00Z",
+        "count": 3,
+    }
+    objects = [*_observed_objects(failed=False), failed_create]
+    pods = [_chain_pod(f"{NAME}-node-0-0-aaaaa", 0), _chain_pod(f"{NAME}-node-0-1-bbbbb", 1)]
+    watched = [Watched(key=(JOB, 1), namespace=NS, trainjob_name=NAME, memory={}, identity_warned=False)]
+    now = datetime(2026, 11, 30, 10, 5, 0, tzinfo=UTC)
+    running = derive_all(
+        StaticIndex([*objects, *pods], ["dispatch.dev"]), watched, now=now, thresholds=Thresholds()
+    )
+    assert running[(JOB, 1)].state == "running"
+    assert running[(JOB, 1)].queued_reason.get("reason") != "pods-not-created"
+    twice = [*pods, _chain_pod(f"{NAME}-node-0-1-ccccc", 1)]
+    broken = derive_all(
+        StaticIndex([*objects, *twice], ["dispatch.dev"]), watched, now=now, thresholds=Thresholds()
+    )
+    assert (broken[(JOB, 1)].state, broken[(JOB, 1)].cause) == ("failed", "identity-violation")
+
+
+def test_exceeded_quota_waits_the_no_capacity_threshold_not_fifteen_seconds() -> None:
+    from jobs.supervision.status import Context, derive
+
+    event = {
+        "kind": "Event",
+        "involvedObject": {"kind": "Job", "namespace": NS, "name": f"{NAME}-node-0"},
+        "reason": "FailedCreate",
+        "message": 'Error creating: pods "x" is forbidden: exceeded quota: q',
+        "firstTimestamp": "2026-11-30T10:00:00Z",
+        "lastTimestamp": "2026-11-30T10:00:40Z",
+    }
+    objects = [*_observed_objects(failed=False), event]
+    thresholds = Thresholds(no_capacity_after=120)
+    waiting = derive(objects, Context(now=datetime(2026, 11, 30, 10, 1, tzinfo=UTC), thresholds=thresholds))
+    assert (waiting.state, waiting.queued_reason["reason"]) == ("queued", "pods-not-created")
+    assert waiting.recheck_at == datetime(2026, 11, 30, 10, 2, tzinfo=UTC)
+    late = derive(objects, Context(now=datetime(2026, 11, 30, 10, 2, 1, tzinfo=UTC), thresholds=thresholds))
+    assert (late.state, late.cause, late.stop) == ("failed", "no-capacity", True)
+
+
+def test_memory_is_only_added_to() -> None:
+    from jobs.supervision.status import merge_memory
+
+    disrupted = condense_pod(_pod(disrupted=True), "dispatch.dev")
+    plain = condense_pod(_pod(disrupted=False), "dispatch.dev")
+    other = {**plain, "uid": "pod-2"}
+    merged = merge_memory({"pod-1": disrupted, "pod-2": other}, {"pod-1": plain})
+    assert set(merged) == {"pod-1", "pod-2"}
+    assert merged["pod-1"]["disruption"]["reason"] == "EvictionByEvictionAPI"
+
+
+def test_the_runtime_copy_sets_no_jobset_ttl() -> None:
+    """An attempt ends by deleting its TrainJob: a JobSet TTL would delete the JobSet of a failed TrainJob,
+    and the Trainer v2.3.0 would build it again (status-facts §12)."""
+    from jobs.plan import build_training_runtime
+    from jobs.spec import JobSpec, RuntimeRef
+    from runtimes.reasons import SiteRules
+
+    runtime = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "ttlSecondsAfterFinished": 60,
+                    "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": {}}}}}],
+                }
+            }
+        }
+    }
+    ref = RuntimeRef(kind="ClusterTrainingRuntime", name="r", namespace=None)
+    spec = JobSpec(runtime=ref, namespace=NS, image="localhost/trainer:v1")
+    copy = build_training_runtime(
+        spec=spec, runtime=runtime, rules=SiteRules(), job_id=JOB, attempt=1, label_domain="dispatch.dev"
+    )
+    assert "ttlSecondsAfterFinished" not in copy["spec"]["template"]["spec"]
+    assert runtime["spec"]["template"]["spec"]["ttlSecondsAfterFinished"] == 60  # the original untouched
+
+
+def test_a_job_that_ran_stays_running_while_its_pods_go_and_no_failure_is_written_yet() -> None:
+    """Its pods seen running by an earlier cycle are being deleted (no condition says why yet): the job does
+    not go back to queued (issue 18 item 12); a suspended TrainJob (Kueue's requeue) still reads queued."""
+    running = condense_pod(_chain_pod(f"{NAME}-node-0-0-aaaaa", 0), "dispatch.dev")
+    deleting = _chain_pod(f"{NAME}-node-0-0-aaaaa", 0)
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-30T10:00:07Z"
+    watched = [
+        Watched(
+            key=(JOB, 1),
+            namespace=NS,
+            trainjob_name=NAME,
+            memory={running["uid"]: running},
+            identity_warned=False,
+        )
+    ]
+    now = datetime(2026, 11, 30, 10, 0, 8, tzinfo=UTC)
+    objects = [*_observed_objects(failed=False), deleting]
+    status = derive_all(StaticIndex(objects, ["dispatch.dev"]), watched, now=now, thresholds=Thresholds())
+    assert status[(JOB, 1)].state == "running"
+    suspended = [dict(o) for o in objects]
+    suspended[0] = {**suspended[0], "spec": {"suspend": True}}
+    requeued = derive_all(StaticIndex(suspended, ["dispatch.dev"]), watched, now=now, thresholds=Thresholds())
+    assert requeued[(JOB, 1)].state == "queued"
+
+
+def test_a_kueue_workload_counts_when_the_trainjob_owns_it() -> None:
+    """Kueue's Workload is one more kind in the owner chain (a controller ownerReference to the TrainJob):
+    once a source reads Workloads, the derivation's Kueue branches see it; one owned by another TrainJob of
+    the same name (another UID) does not count."""
+    evicted = {
+        "type": "Evicted",
+        "status": "True",
+        "reason": "Preempted",
+        "message": "Preempted to accommodate a workload",
+        "lastTransitionTime": "2026-11-30T10:00:05Z",
+    }
+    ours: dict[str, Any] = {
+        "kind": "Workload",
+        "metadata": {
+            "namespace": NS,
+            "name": f"trainjob-{NAME}-1a2b3",
+            "uid": "wl-1",
+            **_owner("TrainJob", NAME),
+        },
+        "status": {"conditions": [evicted]},
+    }
+    theirs = {
+        **ours,
+        "metadata": {
+            **ours["metadata"],
+            "uid": "wl-2",
+            "ownerReferences": [{"kind": "TrainJob", "name": NAME, "uid": "another-uid", "controller": True}],
+        },
+    }
+    objects = _observed_objects(failed=False)
+    objects[0] = {**objects[0], "spec": {"suspend": True}}
+    watched = [Watched(key=(JOB, 1), namespace=NS, trainjob_name=NAME, memory={}, identity_warned=False)]
+    now = datetime(2026, 11, 30, 10, 0, 8, tzinfo=UTC)
+    with_ours = derive_all(
+        StaticIndex([*objects, ours], ["dispatch.dev"]), watched, now=now, thresholds=Thresholds()
+    )
+    assert (with_ours[(JOB, 1)].state, with_ours[(JOB, 1)].cause) == ("queued", "preempted")
+    only_theirs = derive_all(
+        StaticIndex([*objects, theirs], ["dispatch.dev"]), watched, now=now, thresholds=Thresholds()
+    )
+    assert only_theirs[(JOB, 1)].cause is None

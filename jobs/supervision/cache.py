@@ -1,0 +1,591 @@
+"""The supervisor's informer cache (`manage.py supervise`): a copy of the namespaces with active executions,
+kept by watches, and the Source a cycle derives from (jobs.supervision.cycle).
+
+Per namespace that has active executions: one informer (cluster.informer) per supervised kind (TrainJob,
+JobSet, Job, Pod) and label domain of its jobs (selected by `<domain>/job`), and one for the namespace's
+Events (only those about objects named like dispatch's are kept). Never a cluster-wide list or watch; Nodes
+are read by name when a pod's fate depends on its node (cycle._read_nodes). A Kueue Workload is one more
+Resource and informer, keyed like the rest.
+
+What a change does: an object of a tracked execution changed, so that execution is due; a pod of one was
+deleted, so its last state is kept as a tombstone (PodTombstone, written before the next cycle reads the
+copy). A quiet cycle derives nothing and makes no API call. Executions are tracked from the database
+incrementally: new rows (a higher pk) and rows not yet submitted are read each cycle, the whole active set
+every RESYNC_SECONDS. A finished execution leaves the cache: it is untracked, its objects are dropped (and
+kept out on a re-list), and a namespace without active executions stops being watched.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+
+from cluster import gateway
+from cluster.informer import DELETED, Informer, uid_of
+from jobs.models import Execution, JobState, PodTombstone
+from jobs.naming import trainjob_name_prefix
+from jobs.supervision.apply import SUPERVISED
+from jobs.supervision.cycle import LABELLED, Observation, is_dispatch_event
+from jobs.supervision.grouping import EVENT, POD, involved, label_key, owner_uids
+from jobs.supervision.status import DerivedStatus
+from runtimes.models import SiteSettings
+
+logger = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+RESYNC_SECONDS = 60.0
+FINISHED_FORGET_SECONDS = 3600.0
+
+
+# ---------------------------------------------------------------- what is kept of an object (pure)
+
+
+def _strings(mapping: Any) -> dict[str, Any]:
+    return {sys.intern(str(k)): v for k, v in (mapping or {}).items()}
+
+
+def _meta(obj: Mapping[str, Any], *, annotations: Sequence[str] = ()) -> dict[str, Any]:
+    meta = obj.get("metadata") or {}
+    kept: dict[str, Any] = {
+        "name": meta.get("name"),
+        "namespace": meta.get("namespace"),
+        "uid": meta.get("uid"),
+        "resourceVersion": meta.get("resourceVersion"),
+        "creationTimestamp": meta.get("creationTimestamp"),
+        "labels": _strings(meta.get("labels")),
+    }
+    if meta.get("deletionTimestamp"):
+        kept["deletionTimestamp"] = meta["deletionTimestamp"]
+    if meta.get("ownerReferences"):
+        kept["ownerReferences"] = [
+            {k: r.get(k) for k in ("apiVersion", "kind", "name", "uid", "controller")}
+            for r in meta["ownerReferences"]
+        ]
+    notes = meta.get("annotations") or {}
+    chosen = {k: notes[k] for k in annotations if k in notes}
+    if chosen:
+        kept["annotations"] = chosen
+    return kept
+
+
+def _containers(rows: Any) -> list[dict[str, Any]]:
+    return [
+        {k: r.get(k) for k in ("name", "restartCount", "state", "lastState", "ready", "started") if k in r}
+        for r in rows or ()
+    ]
+
+
+def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    return {
+        "kind": "Pod",
+        "metadata": _meta(pod, annotations=("batch.kubernetes.io/job-completion-index",)),
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            "initContainers": [
+                {"name": c.get("name"), "restartPolicy": c.get("restartPolicy")}
+                for c in spec.get("initContainers") or ()
+            ],
+        },
+        "status": {
+            "phase": status.get("phase"),
+            "reason": status.get("reason"),
+            "message": status.get("message"),
+            "conditions": status.get("conditions") or [],
+            "containerStatuses": _containers(status.get("containerStatuses")),
+            "initContainerStatuses": _containers(status.get("initContainerStatuses")),
+        },
+    }
+
+
+def trim_owned(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A TrainJob, JobSet or Job: what status derivation reads (spec.suspend, the status)."""
+    spec = obj.get("spec") or {}
+    kept: dict[str, Any] = {"kind": obj.get("kind"), "metadata": _meta(obj)}
+    kept["status"] = obj.get("status") or {}
+    if "suspend" in spec:
+        kept["spec"] = {"suspend": spec["suspend"]}
+    return kept
+
+
+def trim_event(event: Mapping[str, Any]) -> dict[str, Any]:
+    meta = event.get("metadata") or {}
+    keys = ("reason", "message", "note", "type", "eventTime", "firstTimestamp", "lastTimestamp", "count")
+    kept = {k: event[k] for k in keys if event.get(k) is not None}
+    kept["kind"] = "Event"
+    kept["metadata"] = {
+        k: meta.get(k) for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+    }
+    ref = involved(event)
+    kept["involvedObject"] = {k: ref.get(k) for k in ("kind", "name", "namespace", "uid")}
+    if event.get("series"):
+        kept["series"] = event["series"]
+    return kept
+
+
+TRIMS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
+    "TrainJob": trim_owned,
+    "JobSet": trim_owned,
+    "Job": trim_owned,
+    "Pod": trim_pod,
+    "Event": trim_event,
+}
+
+
+def _key_of_trainjob_name(name: str) -> Key | None:
+    job_id, _, attempt = name.rpartition("-")
+    return (job_id, int(attempt)) if job_id and attempt.isdigit() else None
+
+
+# ---------------------------------------------------------------- tracking executions
+
+
+@dataclass(frozen=True)
+class Tracked:
+    pk: int
+    key: Key
+    namespace: str
+    trainjob_name: str
+    domain: str
+
+
+@dataclass
+class _Namespace:
+    """The informers of one namespace: (kind, domain) for the labelled kinds, (Event, "") for its Events."""
+
+    informers: dict[tuple[str, str], Informer] = field(default_factory=dict)
+
+    def of(self, kind: str) -> list[Informer]:
+        return [i for (k, _), i in self.informers.items() if k == kind]
+
+
+class CacheSource:
+    """The Source of `manage.py supervise` (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        relist_seconds: float | None = None,
+        resync_seconds: float = RESYNC_SECONDS,
+        informer: Callable[..., Informer] = Informer,
+    ) -> None:
+        from cluster.informer import RELIST_SECONDS
+
+        self.relist_seconds = relist_seconds or RELIST_SECONDS
+        self.resync_seconds = resync_seconds
+        self._informer = informer
+        self._lock = threading.RLock()
+        self.wake = threading.Event()
+        self._tracked: dict[int, Tracked] = {}
+        self._by_key: dict[Key, int] = {}
+        self._per_namespace: dict[str, int] = {}  # tracked executions per namespace
+        self._unsubmitted: set[int] = set()
+        self._max_pk = 0
+        self._resynced_at = 0.0
+        self._dirty: set[Key] = set()
+        self._recheck: dict[Key, datetime] = {}
+        self._namespaces: dict[str, _Namespace] = {}
+        self._dead: list[tuple[int, dict[str, Any]]] = []
+        self._finished: dict[Key, float] = {}
+        self._unknown: set[Key] = set()  # keys seen on objects, neither tracked nor known finished
+        self._site_domain = ""
+        self.resynced = False
+
+    # ---------------------------------------------------------------- the Source protocol
+
+    def active(self) -> int:
+        with self._lock:
+            return len(self._tracked)
+
+    def prepare(self) -> None:
+        """Before each cycle, whoever holds the lease: track new and finished executions (their namespaces'
+        informers start and stop) and write the tombstones the watches collected, so none waits on a cycle
+        this process may not get to run."""
+        self._site_domain = SiteSettings.load().label_domain
+        self.resynced = self._refresh()
+        self.flush()
+
+    def due(self) -> list[Execution]:
+        now = timezone.now()
+        with self._lock:
+            keys = self._dirty
+            self._dirty = set()
+            for key, when in list(self._recheck.items()):
+                if when <= now:
+                    keys.add(key)
+                    del self._recheck[key]
+            pks = [self._by_key[k] for k in keys if k in self._by_key]
+        if not pks:
+            return []
+        rows = [
+            e
+            for e in Execution.objects.select_related("job").filter(
+                pk__in=pks, state__in=SUPERVISED, submitted_at__isnull=False, job__state__in=SUPERVISED
+            )
+            if e.job.current_attempt == e.attempt
+        ]
+        found = {e.pk for e in rows}
+        for pk in set(pks) - found:
+            self._untrack(pk)
+        return sorted(rows, key=lambda e: e.pk)
+
+    def observe(self, executions: Sequence[Execution]) -> Observation:
+        read_at = timezone.now()
+        errors: dict[str, dict[str, str]] = {}
+        waiting: set[str] = set()
+        with self._lock:
+            namespaces = {e.job.namespace: self._namespaces.get(e.job.namespace) for e in executions}
+        for namespace, watched in namespaces.items():
+            if watched is None:
+                waiting.add(namespace)
+                continue
+            for (kind, _), informer in watched.informers.items():
+                if informer.error:
+                    errors.setdefault(namespace, {})[kind] = informer.error
+                elif not informer.synced.is_set():
+                    waiting.add(namespace)
+        return Observation(source=self, read_at=read_at, errors=errors, waiting=waiting)
+
+    def flush(self) -> None:
+        """Write the tombstones the watches collected (before a cycle reads them)."""
+        with self._lock:
+            dead, self._dead = self._dead, []
+        if dead:
+            PodTombstone.objects.bulk_create(
+                [PodTombstone(execution_id=pk, pod_uid=uid_of(pod)[:64], pod=pod) for pk, pod in dead],
+                ignore_conflicts=True,
+            )
+
+    def derived(self, execution: Execution, status: DerivedStatus | None, supervised: bool) -> None:
+        key = (execution.job_id, execution.attempt)
+        if not supervised:
+            self._untrack(execution.pk)
+            return
+        with self._lock:
+            if status is None:
+                self._dirty.add(key)  # not judged this time (reads failed, not ready): again next cycle
+            elif status.recheck_at is not None:
+                self._recheck[key] = status.recheck_at
+            else:
+                self._recheck.pop(key, None)
+
+    # ---------------------------------------------------------------- the ObjectSource protocol
+
+    def _informers(self, namespace: str, kind: str) -> list[Informer]:
+        with self._lock:
+            watched = self._namespaces.get(namespace)
+            return watched.of(kind) if watched else []
+
+    def named(self, kind: str, namespace: str, name: str) -> list[Mapping[str, Any]]:
+        return _unique(i.by_index("name", name) for i in self._informers(namespace, kind))
+
+    def owned_by(self, kind: str, namespace: str, owner_uid: str) -> list[Mapping[str, Any]]:
+        return _unique(i.by_index("owner", owner_uid) for i in self._informers(namespace, kind))
+
+    def events_about(self, namespace: str, uid: str) -> list[Mapping[str, Any]]:
+        return _unique(i.by_index("involved", uid) for i in self._informers(namespace, EVENT))
+
+    def events_named(self, namespace: str, name_prefix: str) -> list[Mapping[str, Any]]:
+        return _unique(i.by_index("prefix", name_prefix) for i in self._informers(namespace, EVENT))
+
+    def labelled(self, kind: str, domain: str, job_id: str, attempt: int) -> list[Mapping[str, Any]]:
+        with self._lock:
+            informers = [
+                ns.informers[(kind, domain)]
+                for ns in self._namespaces.values()
+                if (kind, domain) in ns.informers
+            ]
+        return _unique(i.by_index("job", f"{job_id}/{attempt}") for i in informers)
+
+    # ---------------------------------------------------------------- the supervisor loop
+
+    def wait(self, timeout: float) -> bool:
+        """Until a tracked execution's objects change (True) or `timeout` seconds pass (False)."""
+        woken = self.wake.wait(timeout)
+        self.wake.clear()
+        return woken
+
+    def close(self) -> None:
+        with self._lock:
+            namespaces, self._namespaces = self._namespaces, {}
+        for watched in namespaces.values():
+            for informer in watched.informers.values():
+                informer.stop()
+
+    def informer_count(self) -> int:
+        with self._lock:
+            return sum(len(ns.informers) for ns in self._namespaces.values())
+
+    def cached_objects(self) -> int:
+        with self._lock:
+            informers = [i for ns in self._namespaces.values() for i in ns.informers.values()]
+        return sum(len(i) for i in informers)
+
+    # ---------------------------------------------------------------- tracking (database -> cache)
+
+    def _refresh(self) -> bool:
+        full = time.monotonic() - self._resynced_at >= self.resync_seconds
+        fields = (
+            "pk",
+            "job_id",
+            "attempt",
+            "trainjob_name",
+            "state",
+            "submitted_at",
+            "job__state",
+            "job__namespace",
+            "job__label_domain",
+            "job__current_attempt",
+        )
+        if full:
+            rows = list(
+                Execution.objects.filter(
+                    Q(state__in=SUPERVISED, submitted_at__isnull=False, job__state__in=SUPERVISED)
+                    | Q(state=JobState.PENDING, job__state__in=[*SUPERVISED, JobState.PENDING])
+                ).values_list(*fields)
+            )
+        else:
+            with self._lock:
+                pending = sorted(self._unsubmitted)
+            rows = list(
+                Execution.objects.filter(Q(pk__gt=self._max_pk) | Q(pk__in=pending)).values_list(*fields)
+            )
+        active: set[int] = set()
+        for pk, job_id, attempt, name, state, submitted, job_state, namespace, domain, current in rows:
+            self._max_pk = max(self._max_pk, pk)
+            if current != attempt:
+                self._unsubmitted.discard(pk)
+                continue
+            if state in SUPERVISED and job_state in SUPERVISED and submitted is not None:
+                active.add(pk)
+                self._unsubmitted.discard(pk)
+                self._track(Tracked(pk, (job_id, attempt), namespace, name, domain or self._site_domain))
+            elif state == JobState.PENDING and job_state in (*SUPERVISED, JobState.PENDING):
+                self._unsubmitted.add(pk)
+            else:
+                self._unsubmitted.discard(pk)
+        self._settle_unknown()
+        if full:
+            with self._lock:
+                gone = set(self._tracked) - active
+            for pk in gone:
+                self._untrack(pk)
+            self._resynced_at = time.monotonic()
+            self._forget_finished()
+            self._stop_unused()
+            PodTombstone.objects.exclude(execution__state__in=SUPERVISED).delete()
+        return full
+
+    def _settle_unknown(self) -> None:
+        """Objects of executions neither tracked nor known finished (a re-list brings back what a job that
+        ended long ago left in the cluster): those not active leave the copy."""
+        with self._lock:
+            keys, self._unknown = self._unknown, set()
+            keys -= set(self._by_key)
+        if not keys:
+            return
+        active = set(
+            Execution.objects.filter(
+                job_id__in={job_id for job_id, _ in keys},
+                state__in=[*SUPERVISED, JobState.PENDING],
+                job__state__in=[*SUPERVISED, JobState.PENDING],
+            ).values_list("job_id", "attempt")
+        )
+        now = time.monotonic()
+        ended = sorted(keys - active)
+        with self._lock:
+            for key in ended:
+                self._finished[key] = now
+            namespaces = list(self._namespaces.values())
+        for watched in namespaces:
+            _purge(watched, ended)
+
+    def _track(self, item: Tracked) -> None:
+        with self._lock:
+            if item.pk in self._tracked:
+                return
+            self._tracked[item.pk] = item
+            self._by_key[item.key] = item.pk
+            self._per_namespace[item.namespace] = self._per_namespace.get(item.namespace, 0) + 1
+            self._finished.pop(item.key, None)
+            self._dirty.add(item.key)
+            self._watch(item.namespace, item.domain)
+
+    def _untrack(self, pk: int) -> None:
+        with self._lock:
+            item = self._tracked.pop(pk, None)
+            if item is None:
+                return
+            self._by_key.pop(item.key, None)
+            self._recheck.pop(item.key, None)
+            self._dirty.discard(item.key)
+            self._finished[item.key] = time.monotonic()
+            watched = self._namespaces.get(item.namespace)
+            still = self._per_namespace[item.namespace] - 1
+            if still:
+                self._per_namespace[item.namespace] = still
+            else:
+                del self._per_namespace[item.namespace]
+        if watched is None:
+            return
+        if not still:
+            self._stop_namespace(item.namespace)
+            return
+        # The namespace stays watched for its other executions: this one's objects leave the copy.
+        _purge(watched, [item.key])
+
+    def _forget_finished(self) -> None:
+        cutoff = time.monotonic() - FINISHED_FORGET_SECONDS
+        with self._lock:
+            for key, when in list(self._finished.items()):
+                if when < cutoff:
+                    del self._finished[key]
+
+    def _stop_unused(self) -> None:
+        """Informers of a domain no tracked execution of the namespace uses any more."""
+        with self._lock:
+            used = {(t.namespace, t.domain) for t in self._tracked.values()}
+            stale = [
+                (namespace, key)
+                for namespace, watched in self._namespaces.items()
+                for key in watched.informers
+                if key[0] != EVENT and (namespace, key[1]) not in used
+            ]
+            stopped = [self._namespaces[ns].informers.pop(key) for ns, key in stale]
+        for informer in stopped:
+            informer.stop()
+
+    def _stop_namespace(self, namespace: str) -> None:
+        with self._lock:
+            watched = self._namespaces.pop(namespace, None)
+        if watched is not None:
+            for informer in watched.informers.values():
+                informer.stop()
+
+    # ---------------------------------------------------------------- informers (cache <- watches)
+
+    def _watch(self, namespace: str, domain: str) -> None:
+        """Informers for the namespace's Events and, for `domain`, its labelled kinds (lock held)."""
+        watched = self._namespaces.setdefault(namespace, _Namespace())
+        if (EVENT, "") not in watched.informers:
+            watched.informers[(EVENT, "")] = self._informer(
+                gateway.EVENTS,
+                namespace,
+                trim=trim_event,
+                keep=self._keep_event,
+                indexers={
+                    "involved": lambda e: [str(involved(e).get("uid") or "")],
+                    # events_named: only Events without the UID of their object
+                    "prefix": lambda e: [] if involved(e).get("uid") else [_event_prefix(e) or ""],
+                    "trainjob": lambda e: [_event_prefix(e) or ""],
+                },
+                on_change=self._event_changed(namespace),
+                relist_seconds=self.relist_seconds,
+            ).start()
+        for kind, resource in LABELLED.items():
+            if (kind, domain) in watched.informers:
+                continue
+            watched.informers[(kind, domain)] = self._informer(
+                resource,
+                namespace,
+                label_selector=f"{domain}/job",
+                trim=TRIMS[kind],
+                keep=self._keeper(domain),
+                indexers={
+                    "name": lambda o: [str((o.get("metadata") or {}).get("name") or "")],
+                    "owner": owner_uids,
+                    "job": _job_index(domain),
+                },
+                on_change=self._changed(domain),
+                on_delete=self._pod_deleted(domain) if kind == POD else None,
+                relist_seconds=self.relist_seconds,
+            ).start()
+
+    def _keeper(self, domain: str) -> Callable[[Mapping[str, Any]], bool]:
+        def keep(obj: Mapping[str, Any]) -> bool:
+            return label_key(obj, domain) not in self._finished
+
+        return keep
+
+    def _keep_event(self, event: Mapping[str, Any]) -> bool:
+        if not is_dispatch_event(event):
+            return False
+        key = _key_of_trainjob_name(_event_prefix(event) or "")
+        return key not in self._finished
+
+    def _changed(self, domain: str) -> Callable[[str, dict[str, Any], dict[str, Any] | None], None]:
+        def changed(kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+            self._touch(label_key(obj, domain))
+
+        return changed
+
+    def _event_changed(self, namespace: str) -> Callable[[str, dict[str, Any], dict[str, Any] | None], None]:
+        def changed(kind: str, event: dict[str, Any], old: dict[str, Any] | None) -> None:
+            if kind != DELETED:  # an Event's TTL ran out: nothing changed for the job
+                self._touch(_key_of_trainjob_name(_event_prefix(event) or ""))
+
+        return changed
+
+    def _touch(self, key: Key | None) -> None:
+        if key is None:
+            return
+        with self._lock:
+            if key in self._by_key:
+                self._dirty.add(key)
+                self.wake.set()
+            elif key not in self._finished:
+                self._unknown.add(key)  # a new execution not tracked yet, or one that ended long ago
+
+    def _pod_deleted(self, domain: str) -> Callable[[dict[str, Any]], None]:
+        def deleted(pod: dict[str, Any]) -> None:
+            key = label_key(pod, domain)
+            with self._lock:
+                pk = self._by_key.get(key) if key else None
+                if pk is not None:
+                    self._dead.append((pk, pod))
+
+        return deleted
+
+
+def _purge(watched: _Namespace, keys: Iterable[Key]) -> None:
+    """The objects of these executions leave the namespace's copy (by index: no scan of the copy)."""
+    for job_id, attempt in keys:
+        for (kind, _), informer in list(watched.informers.items()):
+            if kind == EVENT:
+                informer.purge_indexed("trainjob", f"{job_id}-{attempt}")
+            else:
+                informer.purge_indexed("job", f"{job_id}/{attempt}")
+
+
+def _unique(groups: Iterable[list[Any]]) -> list[Any]:
+    out: list[Any] = []
+    seen: set[str] = set()
+    for group in groups:
+        for obj in group:
+            uid = uid_of(obj)
+            if uid not in seen:
+                seen.add(uid)
+                out.append(obj)
+    return out
+
+
+def _event_prefix(event: Mapping[str, Any]) -> str | None:
+    return trainjob_name_prefix(str(involved(event).get("name", "")))
+
+
+def _job_index(domain: str) -> Callable[[Mapping[str, Any]], list[str]]:
+    def index(obj: Mapping[str, Any]) -> list[str]:
+        key = label_key(obj, domain)
+        return [f"{key[0]}/{key[1]}"] if key else []
+
+    return index
