@@ -4,8 +4,8 @@ On PostgreSQL the job, its audit row and its first execution are INSERTed by one
 CTEs) instead of three. The statement and what listens for the rows' post_save (the outbox of
 jobs.observability writes its Change row) share one transaction, as they would with the ORM's save(). Each
 row's INSERT has the ORM's column list (built once per model) and its values prepared by each field as the
-ORM prepares them (`pre_save` fills created_at and the like; JSON fields adapt their values). Elsewhere (SQLite), the ORM saves
-the rows in one transaction.
+ORM prepares them (`pre_save` fills created_at and the like; JSON fields adapt their values).
+Elsewhere (SQLite), the ORM saves the rows in one transaction.
 """
 
 from __future__ import annotations
