@@ -8,7 +8,6 @@ from the API server to one call) the test says so: the real API server cannot fa
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -111,6 +110,16 @@ class Delivery(threading.Thread):
             connection.close()
 
 
+def _lock_waits() -> int:
+    """Backends of this test database waiting for a lock (a row lock held by another transaction)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+        )
+        return int(cursor.fetchone()[0])
+
+
 @pytest.fixture
 def pause_create(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, threading.Event]]:
     """The thread named "held" stops right before its first create call until `go` is set."""
@@ -146,8 +155,12 @@ def test_two_deliveries_at_once_leave_the_trainjob_running(
     other = Delivery("other", lambda: execution_submit.apply(args=(execution.pk,), task_id="delivery-2"))
     other.start()
     other.join(60)
+    # The race was reached: the second delivery ran to its end while the first was held inside its create.
+    assert not other.is_alive(), "the second delivery did not finish within 60 s"
+    assert not go.is_set() and held.is_alive()
     go.set()
     held.join(60)
+    assert not held.is_alive(), "the first delivery did not finish within 60 s of its release"
     assert held.error is None and other.error is None, (held.error, other.error)
 
     job = Job.objects.get(pk=execution.job_id)
@@ -188,8 +201,12 @@ def test_a_second_chain_running_out_does_not_strand_the_one_that_succeeds(
     )
     last.start()
     last.join(60)
+    # The race was reached: chain 2 gave up while chain 1 was held inside its create.
+    assert not last.is_alive(), "chain 2 did not finish within 60 s"
+    assert not go.is_set() and held.is_alive()
     go.set()
     held.join(60)
+    assert not held.is_alive(), "chain 1 did not finish within 60 s of its release"
     assert held.error is None and last.error is None, (held.error, last.error)
 
     job = Job.objects.get(pk=execution.job_id)
@@ -378,10 +395,16 @@ def test_start_and_cancel_at_once_neither_deadlocks_nor_answers_500(
     assert reached.wait(60), "start never reached its compare-and-set"
     cancel = Delivery("cancel", lambda: _api(submitter[1]).post(f"/api/v1/jobs/{execution.job_id}/cancel"))
     cancel.start()
-    time.sleep(1.5)  # the cancel now waits for a row lock the start holds
+    # The race is reached: the cancel answers while the start is held between its create and its
+    # compare-and-set (the start holds no row lock there, so the cancel does not wait for it).
+    cancel.join(60)
+    assert not cancel.is_alive(), "the cancel did not answer within 60 s while the start was held"
+    assert start.is_alive() and not go.is_set()
+    assert _lock_waits() == 0
     go.set()
     start.join(60)
     cancel.join(60)
+    assert not start.is_alive() and not cancel.is_alive(), "the start or the cancel hung after the release"
     assert start.error is None, start.error
     assert cancel.error is None, cancel.error
     assert cancel.result.status_code in (200, 202), cancel.result.content
