@@ -22,9 +22,15 @@ TASKS: dict[str, tuple[str, str, tuple[Any, ...]]] = {
     enqueue.EXECUTION_SUBMIT: ("jobs.submission.start", "execution_submit", (1,)),
     enqueue.EXECUTION_DELETE: ("jobs.submission.cancel", "execution_delete", (1,)),
     enqueue.EXECUTIONS_RESUBMIT_STALE: ("jobs.submission.sweeps", "executions_resubmit_stale", ()),
-    enqueue.SUPERVISE: ("jobs.supervision.cycle", "supervise", ()),
+    # The beat's cycle first asks the database whether a `manage.py supervise` is alive.
+    enqueue.SUPERVISE: ("jobs.supervision.tasks", "watcher_alive", ()),
     enqueue.SESSION_WATCH: ("jobs.sessions.services", "session_watch", ("s1",)),
     enqueue.SESSION_CLOSE_WATCH: ("jobs.sessions.services", "session_watch", ("s1",)),
+    enqueue.SESSIONS_SWEEP: ("jobs.sessions.services", "sessions_sweep", ()),
+    enqueue.WEBHOOKS_FANOUT: ("jobs.observability.webhooks", "fanout", ()),
+    enqueue.WEBHOOK_DELIVER: ("jobs.observability.webhooks", "delivery_send", (1,)),
+    enqueue.WEBHOOKS_SWEEP: ("jobs.observability.webhooks", "sweep", ()),
+    enqueue.JOB_COUNTS_COMPACT: ("jobs.observability.collector", "compact_job_counts", ()),
     "runtimes.tasks.runtimes_recheck": ("runtimes.services", "runtimes_recheck", ()),
 }
 

@@ -1,5 +1,5 @@
-"""An accepted submission's rows are written by one statement on PostgreSQL (jobs.submission.records): the
-job, its audit row and its first execution, every field as the ORM would have written it; an Idempotency-Key
+"""An accepted submission's rows are written by one statement on PostgreSQL (jobs.submission.records), in one
+transaction with the outbox's Change row: the job, its audit row and its first execution, every field as the ORM would have written it; an Idempotency-Key
 that raced in first is a replay, not a 500. Outside any transaction (a transactional test), as a request
 runs."""
 
@@ -15,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from dispatch_site.models import AuditEvent
 from jobs import enqueue
 from jobs.models import Execution, Job, JobState
+from jobs.observability.models import Change
 from jobs.spec import JobSpec
 from jobs.submission import submit
 from runtimes.models import AllowListEntry, SiteSettings
@@ -49,7 +50,11 @@ def test_one_statement_writes_the_job_its_audit_row_and_its_execution(
     with CaptureQueriesContext(connection) as queries:
         made = submit.job_submit(owner=submitter[0], spec=_spec(namespace))
     writes = [q["sql"] for q in queries.captured_queries if not q["sql"].startswith("SELECT")]
-    assert len(writes) == 1 and writes[0].startswith("WITH "), writes  # no BEGIN, no COMMIT: one statement
+    # The three rows in one statement, and the outbox's Change row (jobs.observability, from post_save) in the
+    # same transaction: a job is never accepted without its "submitted" change, nor the other way round.
+    assert len(writes) == 4, writes
+    assert writes[0] == "BEGIN" and writes[1].startswith("WITH ") and writes[3] == "COMMIT", writes
+    assert writes[2].startswith('INSERT INTO "observability_change"'), writes
     job = Job.objects.get(pk=made.job.id)
     assert (job.state, job.display_name, job.label_domain) == (JobState.PENDING, "nightly", "dispatch.dev")
     assert job.plan is not None and job.plan["objects"]["train_job"]["metadata"]["name"] == f"{job.id}-1"
@@ -60,6 +65,7 @@ def test_one_statement_writes_the_job_its_audit_row_and_its_execution(
     audit = AuditEvent.objects.get(action="job.submit", object_id=job.id)
     assert audit.actor_name == submitter[0].username and audit.details["namespace"] == namespace
     assert sent == [(enqueue.EXECUTION_SUBMIT, (execution.pk,))]  # enqueued once the statement committed
+    assert Change.objects.filter(job_id=job.id, kind="submitted").count() == 1
 
 
 def test_an_idempotency_key_that_raced_in_first_is_a_replay(
