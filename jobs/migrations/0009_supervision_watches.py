@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0006_job_evidence_list'),
+        ('jobs', '0008_submission_fencing'),
     ]
 
     operations = [
