@@ -379,6 +379,21 @@ class Api:
             raise RuntimeError(f"GET /api/v1/jobs/{job_id}: {status} {body}")
         return str(body["state"])
 
+    def wait_observed(self, job_id: str, timeout: float = 60) -> None:
+        """Until the job reads `queued` and supervision has observed its execution (observed_at set): it
+        is tracked and watched, as any job is that has waited in a queue longer than one supervision
+        interval (a new execution is first tracked at the supervisor's next periodic cycle)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status, body = self.call("GET", f"jobs/{job_id}")
+            if status != 200:
+                raise RuntimeError(f"GET /api/v1/jobs/{job_id}: {status} {body}")
+            executions = body.get("executions") or []
+            if body["state"] == "queued" and executions and executions[-1].get("observed_at"):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"job {job_id}: supervision did not observe it queued within {timeout} s")
+
     def wait_state(self, job_id: str, states: set[str], timeout: float = 90) -> tuple[float, str]:
         """Poll until the job's state is one of `states`: (the instant that answer arrived, the state)."""
         deadline = time.monotonic() + timeout
@@ -413,6 +428,19 @@ def supervisor_main(fault: str) -> None:
         cycle.supervise = late  # type: ignore[assignment]
     elif fault:
         sys.exit(f"unknown BENCH_KUEUE_FAULT {fault!r} (known: slowcycle)")
+    if os.environ.get("BENCH_KUEUE_STATS") == "1":
+        from jobs.supervision import cycle as traced
+
+        inner = traced.supervise
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.monotonic()
+            report = inner(*args, **kwargs)
+            line = {"began": began, "ended": time.monotonic(), "derived": report.derived}
+            print(json.dumps(line | {"transitions": report.transitions, "phases": report.phases_ms}), flush=True)
+            return report
+
+        traced.supervise = timed  # type: ignore[assignment]
     from django.core.management import call_command
 
     call_command("supervise")
@@ -491,7 +519,7 @@ def _round(side: str, number: int, custom: Any, core: Any, watches: Watches, api
             raise RuntimeError(f"POST /api/v1/jobs: {status} {body}")
         job_id = str(body["id"])
         subject = f"{job_id}-1"
-        api.wait_state(job_id, {"queued"})
+        api.wait_observed(job_id)
     watches.wait(f"{subject}'s Workload pending", lambda: watches.workload_state(subject, began, _pending))
     if api is not None and job_id:
         state = api.state(job_id)
@@ -520,6 +548,8 @@ def _round(side: str, number: int, custom: Any, core: Any, watches: Watches, api
         "after_pods_s": end - pods,  # dispatch: pods running -> GET says running; bare: 0
         "delete_to_freed_s": freed - deleted_at,
     }
+    if os.environ.get("BENCH_KUEUE_STATS") == "1":
+        _log(f"monotonic: deleted {deleted_at:.3f} freed {freed:.3f} admitted {admitted:.3f} pods {pods:.3f} end {end:.3f}")
     _log(
         f"round {number} {side}: {row['seconds']:.3f} s (admitted {row['admit_s']:.3f}, pods running "
         f"+{row['pods_s']:.3f}, then +{row['after_pods_s']:.3f})"
