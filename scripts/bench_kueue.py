@@ -779,7 +779,7 @@ def report_lines(result: dict[str, Any]) -> list[str]:
 def main() -> None:
     """Alone: Django on DATABASE_URL, the local control plane with Kueue (KUBECONFIG or scripts/cluster up
     --kueue; Kueue started on the local plane if it is not there, and stopped again after). Writes
-    var/bench/kueue[-fault].md and .json; exits 1 when the target is not met."""
+    var/bench/kueue[-fault].md and .json (or in BENCH_KUEUE_OUT); exits 1 when the target is not met."""
     if not os.environ.get("KUBECONFIG"):
         up = subprocess.run(
             [str(REPO / "scripts" / "cluster"), "up", "--kueue"], capture_output=True, text=True, check=False
@@ -803,7 +803,7 @@ def main() -> None:
         if started:
             kueue_down()
     report = "\n".join(report_lines(result)) + "\n"
-    out = REPO / "var" / "bench"
+    out = Path(os.environ.get("BENCH_KUEUE_OUT", str(REPO / "var" / "bench")))
     out.mkdir(parents=True, exist_ok=True)
     name = f"kueue{'-' + FAULT if FAULT else ''}"
     (out / f"{name}.md").write_text(report)
