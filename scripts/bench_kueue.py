@@ -58,7 +58,7 @@ GPU_PER_NODE = {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu"
 QUOTA_GPUS = "2"  # exactly one job's
 RUNTIME = "dispatch-kind"
 IMAGE = "localhost/trainer:v1"
-POLL = 0.02  # the dispatch side's GET /api/v1/jobs/<id> period
+POLL = float(os.environ.get("BENCH_KUEUE_POLL", "0.02"))  # the dispatch side's GET period (s)
 SETTLE = 1.0  # seconds the subject waits queued (all quiet) before the blocker goes
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
@@ -402,15 +402,20 @@ class Api:
         self.port, self.token = port, token
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
 
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+    def call(
+        self, method: str, path: str, body: dict[str, Any] | None = None, etag: str = ""
+    ) -> tuple[int, dict[str, Any], str]:
+        """(status, body, ETag); with `etag`, If-None-Match: a 304 (unchanged) answers an empty body."""
         headers = {"Authorization": f"Token {self.token}", "Content-Type": "application/json"}
+        if etag:
+            headers["If-None-Match"] = etag
         payload = json.dumps(body) if body is not None else None
         for attempt in (1, 2):
             try:
                 self.conn.request(method, f"/api/v1/{path}", body=payload, headers=headers)
                 response = self.conn.getresponse()
                 data = response.read()
-                return response.status, json.loads(data or b"{}")
+                return response.status, json.loads(data or b"{}"), response.getheader("ETag") or ""
             except (http.client.HTTPException, ConnectionError):
                 self.conn.close()
                 self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
@@ -418,10 +423,18 @@ class Api:
                     raise
         raise AssertionError("unreachable")
 
-    def state(self, job_id: str) -> str:
-        status, body = self.call("GET", f"jobs/{job_id}")
+    def job(self, job_id: str, etag: str = "") -> tuple[dict[str, Any] | None, str]:
+        """GET /api/v1/jobs/<id>: (the job, its ETag), or (None, etag) when unchanged since `etag`."""
+        status, body, tag = self.call("GET", f"jobs/{job_id}", etag=etag)
+        if status == 304:
+            return None, etag
         if status != 200:
             raise RuntimeError(f"GET /api/v1/jobs/{job_id}: {status} {body}")
+        return body, tag
+
+    def state(self, job_id: str) -> str:
+        body, _ = self.job(job_id)
+        assert body is not None
         return str(body["state"])
 
     def wait_observed(self, job_id: str, timeout: float = 60) -> None:
@@ -430,9 +443,8 @@ class Api:
         interval (a new execution is first tracked at the supervisor's next periodic cycle)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            status, body = self.call("GET", f"jobs/{job_id}")
-            if status != 200:
-                raise RuntimeError(f"GET /api/v1/jobs/{job_id}: {status} {body}")
+            body, _ = self.job(job_id)
+            assert body is not None
             executions = body.get("executions") or []
             if body["state"] == "queued" and executions and executions[-1].get("observed_at"):
                 return
@@ -440,12 +452,15 @@ class Api:
         raise RuntimeError(f"job {job_id}: supervision did not observe it queued within {timeout} s")
 
     def wait_state(self, job_id: str, states: set[str], timeout: float = 90) -> tuple[float, str]:
-        """Poll until the job's state is one of `states`: (the instant that answer arrived, the state)."""
+        """Poll until the job's state is one of `states`: (the instant that answer arrived, the state). As a
+        polite client polls: If-None-Match with the last ETag, so an unchanged job costs a 304."""
         deadline = time.monotonic() + timeout
-        state = ""
+        state, etag = "", ""
         while time.monotonic() < deadline:
-            state = self.state(job_id)
+            body, etag = self.job(job_id, etag)
             at = time.monotonic()
+            if body is not None:
+                state = str(body["state"])
             if state in states:
                 return at, state
             if state in ("failed", "cancelled", "succeeded", "identity-violation"):
@@ -551,7 +566,7 @@ def _round(
         custom.create_namespaced_custom_object(*TRAINER, NAMESPACE, "trainjobs", _bare_trainjob(subject))
     else:
         assert api is not None
-        status, body = api.call(
+        status, body, _ = api.call(
             "POST",
             "jobs",
             {
