@@ -78,4 +78,5 @@ image: venv ## build the container image with buildah (deploy/image/build; check
 
 bench: venv ## benchmarks: a report of ratios measured side by side in one run
 	scripts/services up
+	scripts/cluster build --kueue
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) scripts/bench.py

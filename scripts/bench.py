@@ -16,6 +16,10 @@
 4. Dashboard (scripts/bench_dashboard.py): the job list's first page, unfiltered and state + cause, with
    100,000 / 100 jobs (<= 1.5), and the job page with 20 attempts of 64 ranks / 1 attempt of 2 (<= 5).
 5. Metrics (scripts/bench_metrics.py): one scrape of GET /metrics with 100,000 jobs (< 50 ms).
+6. Kueue (scripts/bench_kueue.py): quota frees -> the job running, a dispatch job (REST API, worker,
+   `manage.py supervise`) / a bare TrainJob Kueue admits alone, median of paired rounds (<= 1.2). Kueue is
+   started on the local plane for this section (`scripts/cluster up --kueue`) and stopped after it, so the
+   sections above run on the plane they always ran on; skipped, with the reason, where Kueue is not there.
 The report is printed and written to var/bench/report.md.
 """
 
@@ -157,6 +161,20 @@ def submissions_lines() -> list[str]:
     return report_lines(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+def kueue_lines() -> list[str]:
+    """Kueue: quota frees -> running, dispatch / bare (scripts/bench_kueue.py); Django is set up."""
+    from scripts.bench_kueue import kueue_down, kueue_up, report_lines, run
+
+    kubeconfig = cluster_kubeconfig()
+    started = kueue_up(kubeconfig)
+    try:
+        log("kueue: quota frees -> running, a dispatch job vs a bare TrainJob, paired rounds ...")
+        return report_lines(run(kubeconfig))
+    finally:
+        if started:
+            kueue_down()
+
+
 def main() -> None:
     from scripts.bench_rules import run as rules_run
 
@@ -220,6 +238,7 @@ def main() -> None:
     log("dashboard: job list with 100 / 100,000 jobs, job page 1x2 / 20x64 ...")
     lines += dashboard_lines(dashboard_run())
     lines += __import__("scripts.bench_metrics", fromlist=["bench_lines"]).bench_lines()  # issue 23
+    lines += kueue_lines()  # issue 19
     report = "\n".join(lines) + "\n"
     out = REPO / "var" / "bench"
     out.mkdir(parents=True, exist_ok=True)
