@@ -131,14 +131,15 @@ class Dispatch:
     logs: Path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def dispatch_server(
     kubeconfig: str,
     django_db_setup: Any,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Dispatch]:
-    """A real dispatch (web + worker) on the test database, the test Redis and the local control plane.
-    Both are stopped by their pid at the end (before the test database is dropped)."""
+    """A real dispatch (web + worker) on the test database, the test Redis and the local control plane, for
+    the tests of this package only: both are stopped by their pid when the package's tests end (a worker left
+    running would take later tests' messages off the test Redis)."""
     logs = tmp_path_factory.mktemp("dispatch-server")
     env = service_env(kubeconfig)
     url, web = start_web(env, logs)

@@ -1,7 +1,7 @@
 """An accepted submission's rows are written by one statement on PostgreSQL (jobs.submission.records), in one
-transaction with the outbox's Change row: the job, its audit row and its first execution, every field as the ORM would have written it; an Idempotency-Key
-that raced in first is a replay, not a 500. Outside any transaction (a transactional test), as a request
-runs."""
+transaction with the outbox's Change row: the job, its audit row and its first execution, every field as
+the ORM would have written it; an Idempotency-Key that raced in first is a replay, not a 500. Outside any
+transaction (a transactional test), as a request runs."""
 
 from __future__ import annotations
 
