@@ -150,6 +150,9 @@ class Execution(models.Model):
     # Cancel or refusal asked for the objects to go; the sweep re-enqueues the delete until
     # objects_removed_at is set.
     delete_requested_at = models.DateTimeField(null=True, blank=True)
+    # The failing rank's last log lines, read right before dispatch deleted the failed attempt's TrainJob
+    # (jobs.logtail): {rank, pod, container, text, truncated, captured_at}; {} when none was kept.
+    log_tail = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["job", "attempt"]

@@ -3,7 +3,8 @@
 The pod is found by the job's labels (one list call), never by guessing its name: the rank is the pod's
 completion index, and of a rank's pods in one attempt (a JobSet restart makes another) the newest JobSet
 restart answers unless ?restart_attempt= names one. A rank with no pod is 404 naming the ranks and attempts
-that have pods, so the caller's next request is the right one.
+that have pods, so the caller's next request is the right one, unless its log was kept when dispatch deleted
+its failed attempt's TrainJob (jobs.logtail): then the kept lines answer, with X-Dispatch-Kept.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from cluster.errors import ClusterError, NotFound, Rejected
 from dispatch_site.api import DetailSerializer, StrictSerializer
 from dispatch_site.longrequests import released_after, take_slot
 from jobs import selectors
+from jobs.logtail import kept_log, pick_pod, pod_selector
 from jobs.models import Job
-from runtimes.selectors import site_settings
 
 MAX_TAIL = 10_000
 DEFAULT_TAIL = 1_000
@@ -48,16 +49,7 @@ class RankLog:
     truncated: bool
     pod: str
     container: str
-
-
-def pick_pod(
-    pods: list[cluster_logs.PodInfo], *, rank: int, restart_attempt: int | None
-) -> cluster_logs.PodInfo | None:
-    """The rank's pod: the given JobSet restart, else the newest one (pure)."""
-    mine = [p for p in pods if p.rank == rank]
-    if restart_attempt is not None:
-        mine = [p for p in mine if p.restart_attempt == restart_attempt]
-    return max(mine, key=lambda p: (p.restart_attempt, p.created), default=None)
+    kept_at: str = ""  # the log was kept when the TrainJob was deleted (jobs.logtail), at this time
 
 
 def _find_pod(
@@ -70,8 +62,7 @@ def _find_pod(
                 f"job {job.id} has no attempts (it is {job.state}): no pod ever ran", attempts=[]
             )
         raise LogNotFound(f"job {job.id} has no attempt {attempt}", attempts=attempts)
-    domain = site_settings(max_age=30).label_domain
-    pods = cluster_logs.list_pods(job.namespace, f"{domain}/job={job.id},{domain}/attempt={attempt}")
+    pods = cluster_logs.list_pods(job.namespace, pod_selector(job, attempt))
     pod = pick_pod(pods, rank=rank, restart_attempt=restart_attempt)
     if pod is None:
         ranks = sorted({p.rank for p in pods if p.rank is not None})
@@ -100,13 +91,19 @@ def read_rank_log(
     restart_attempt: int | None = None,
     limit_bytes: int = PAGE_BYTES,
 ) -> RankLog:
-    pod = _find_pod(job, attempt=attempt, rank=rank, container=container, restart_attempt=restart_attempt)
     try:
+        pod = _find_pod(job, attempt=attempt, rank=rank, container=container, restart_attempt=restart_attempt)
         log = cluster_logs.read_log(
             job.namespace, pod.name, container, tail_lines=tail, limit_bytes=limit_bytes
         )
-    except (NotFound, Rejected) as exc:
-        # The pod went between the list and the read, or its container never started (no log yet).
+    except (LogNotFound, NotFound, Rejected) as exc:
+        # No pod (its TrainJob was deleted), the pod went between the list and the read, or its container
+        # never started (no log yet): the log kept at the delete, if any.
+        kept = kept_log(job, attempt=attempt, rank=rank, container=container, tail=tail)
+        if kept is not None:
+            return RankLog(kept.text, kept.truncated, kept.pod, container, kept_at=kept.captured_at)
+        if isinstance(exc, LogNotFound):
+            raise
         raise LogNotFound(
             f"no log for rank {rank} of attempt {attempt} ({pod.name}): {exc.message}"
         ) from None
@@ -186,9 +183,18 @@ class JobLogsApi(APIView):
             log = cluster_logs.read_log(
                 job.namespace, pod.name, container, tail_lines=params["tail"], limit_bytes=MAX_BYTES
             )
-        except LogNotFound as exc:
-            return Response({"detail": exc.detail, **exc.exists}, status=status.HTTP_404_NOT_FOUND)
-        except (NotFound, Rejected) as exc:
+        except (LogNotFound, NotFound, Rejected) as exc:
+            kept = kept_log(job, attempt=attempt, rank=rank, container=container, tail=params["tail"])
+            if kept is not None:
+                response = HttpResponse(kept.text, content_type="text/plain; charset=utf-8")
+                response["X-Dispatch-Truncated"] = "true" if kept.truncated else "false"
+                response["X-Dispatch-Pod"] = kept.pod
+                response["X-Dispatch-Attempt"] = str(attempt)
+                response["X-Dispatch-Rank"] = str(rank)
+                response["X-Dispatch-Kept"] = kept.captured_at
+                return response
+            if isinstance(exc, LogNotFound):
+                return Response({"detail": exc.detail, **exc.exists}, status=status.HTTP_404_NOT_FOUND)
             return Response(
                 {"detail": f"no log for rank {rank} of attempt {attempt}: {exc.message}"},
                 status=status.HTTP_404_NOT_FOUND,

@@ -432,7 +432,12 @@ def job_log_tail(request: HttpRequest, job_id: str) -> HttpResponse:
     context: dict[str, Any] = {"job": job, "attempt": attempt, "rank": rank, "tail": LOG_PAGE_TAIL}
     try:
         result = read_rank_log(job, attempt=attempt, rank=rank, container="node", tail=LOG_PAGE_TAIL)
-        context |= {"log": result.text, "truncated": result.truncated, "pod": result.pod}
+        context |= {
+            "log": result.text,
+            "truncated": result.truncated,
+            "pod": result.pod,
+            "kept_at": result.kept_at,
+        }
     except LogNotFound as exc:
         context["error"] = exc.detail
     except ClusterError as exc:

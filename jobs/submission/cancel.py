@@ -15,6 +15,7 @@ from cluster.errors import ClusterError
 from dispatch_site.audit import audit_record
 from dispatch_site.causes import Cause
 from jobs import enqueue
+from jobs.logtail import execution_log_keep
 from jobs.models import ACTIVE_STATES, Execution, Job, JobState
 from jobs.objects import TRAINING_RUNTIME, TRAINJOB, is_ours
 from jobs.submission.claim import job_event, job_transition, start_may_still_create
@@ -42,6 +43,8 @@ def execution_objects_delete(job: Job, execution: Execution, *, retry_transient:
     in_flight = start_may_still_create(fresh)
     # An execution whose start completed before stamping existed carries unstamped objects.
     unannotated_ok = fresh.submitted_at is not None
+    if fresh.state == JobState.FAILED and fresh.objects_removed_at is None:
+        execution_log_keep(job=job, execution=fresh)  # the failing rank's log goes with its pod
     try:
         left = _delete_pass(job, name, unannotated_ok)
         for wait in GONE_WAITS:  # a deleted TrainJob goes at once; the garbage collector takes its copy

@@ -96,3 +96,43 @@ def test_a_container_the_pod_does_not_have_is_404_naming_its_containers(
     assert response.status_code == 404
     assert "node" in response.json()["containers"]
     assert "has no container 'sidecar'" in response.json()["detail"]
+
+
+def test_a_failed_ranks_log_is_kept_when_its_trainjob_is_deleted(
+    submitter: tuple[User, str],
+    namespace: str,
+    namespaced_runtime: Callable[..., Any],
+    kube: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Every terminal failure deletes the attempt's TrainJob, and its pods with it: the failing rank's last
+    lines are read right before that delete (jobs.logtail), and the log API and the job page serve them."""
+    from django.test import Client
+
+    from tests.jobs.supervision import support
+
+    namespaced_runtime()
+    env = {"KWOK_EXIT_CODE": "3", "KWOK_FAIL_RANK": "1", "KWOK_RUN_DURATION": "2s"}
+    job_id = support.submit(submitter[1], support.body(namespace, env), django_capture_on_commit_callbacks)
+    support.supervise_until(submitter[1], job_id, lambda d: d["state"] == "failed", what="the job to fail")
+    wait_for(
+        lambda: (
+            not support.trainjob_exists(kube, namespace, f"{job_id}-1")
+            and not support.pods_of(kube, namespace, job_id)
+        ),
+        timeout=60,
+        what="the failed attempt's TrainJob and pods to be gone",
+    )
+
+    response = _api(submitter[1]).get(f"/api/v1/jobs/{job_id}/logs?attempt=1&rank=1")
+    assert response.status_code == 200, response.content
+    assert response.content.decode().strip() == KWOK_LOG
+    assert response["X-Dispatch-Pod"].startswith(f"{job_id}-1-node-0-1-")
+    assert response["X-Dispatch-Kept"]
+    # Rank 0 did not fail: nothing was kept for it, and its pod is gone.
+    assert _api(submitter[1]).get(f"/api/v1/jobs/{job_id}/logs?attempt=1&rank=0").status_code == 404
+
+    page = Client()
+    page.force_login(submitter[0])
+    html = page.get(f"/jobs/{job_id}/log/?attempt=1&rank=1").content.decode()
+    assert KWOK_LOG in html and 'id="log-kept"' in html

@@ -1,0 +1,92 @@
+"""A failed attempt's failing-rank log, kept before its TrainJob is deleted.
+
+Every terminal failure deletes the attempt's TrainJob (its pods go with it, so the GPUs are free at once), and
+with the pods goes the one log an on-call engineer reads first. Right before that delete, the failing rank's
+last lines are read and stored on the execution; the job page and `GET /api/v1/jobs/{id}/logs` serve them once
+the pod is gone, saying so. Best effort: a log that cannot be read is not kept, and the delete goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils import timezone
+
+from cluster import logs as cluster_logs
+from cluster.errors import ClusterError
+from jobs.models import Execution, Job
+
+logger = logging.getLogger(__name__)
+
+KEPT_LINES = 1_000
+KEPT_BYTES = 256 * 1024
+CONTAINER = "node"  # the trainer container of every rank pod
+
+
+@dataclass(frozen=True)
+class KeptLog:
+    text: str
+    truncated: bool
+    pod: str
+    container: str
+    captured_at: str
+
+
+def pick_pod(
+    pods: list[cluster_logs.PodInfo], *, rank: int, restart_attempt: int | None
+) -> cluster_logs.PodInfo | None:
+    """The rank's pod: the given JobSet restart, else the newest one (pure)."""
+    mine = [p for p in pods if p.rank == rank]
+    if restart_attempt is not None:
+        mine = [p for p in mine if p.restart_attempt == restart_attempt]
+    return max(mine, key=lambda p: (p.restart_attempt, p.created), default=None)
+
+
+def pod_selector(job: Job, attempt: int) -> str:
+    """The label selector of one attempt's pods, in the label domain stored with the job."""
+    return f"{job.label_domain}/job={job.id},{job.label_domain}/attempt={attempt}"
+
+
+def execution_log_keep(*, job: Job, execution: Execution) -> bool:
+    """Read and store the failing rank's last lines (once per execution); whether a log is kept now."""
+    if execution.rank is None or execution.log_tail:
+        return bool(execution.log_tail)
+    try:
+        pods = cluster_logs.list_pods(job.namespace, pod_selector(job, execution.attempt))
+        pod = pick_pod(pods, rank=execution.rank, restart_attempt=None)
+        if pod is None or CONTAINER not in pod.containers:
+            return False
+        log = cluster_logs.read_log(
+            job.namespace, pod.name, CONTAINER, tail_lines=KEPT_LINES, limit_bytes=KEPT_BYTES
+        )
+    except ClusterError as exc:
+        logger.info("the log of %s/%s rank %s was not kept: %s", job.namespace, job.id, execution.rank, exc)
+        return False
+    kept: dict[str, Any] = {
+        "rank": execution.rank,
+        "pod": pod.name,
+        "container": CONTAINER,
+        "text": log.text,
+        "truncated": log.truncated,
+        "captured_at": timezone.now().isoformat(),
+    }
+    Execution.objects.filter(pk=execution.pk, log_tail={}).update(log_tail=kept)
+    execution.log_tail = kept
+    return True
+
+
+def kept_log(job: Job, *, attempt: int, rank: int, container: str, tail: int) -> KeptLog | None:
+    """The log kept for this attempt's rank, its last `tail` lines; None when none was kept."""
+    kept = Execution.objects.filter(job=job, attempt=attempt).values_list("log_tail", flat=True).first()
+    if not kept or kept.get("rank") != rank or kept.get("container") != container:
+        return None
+    lines = str(kept.get("text", "")).splitlines(keepends=True)
+    return KeptLog(
+        text="".join(lines[-tail:]),
+        truncated=bool(kept.get("truncated")) or len(lines) > tail,
+        pod=str(kept.get("pod", "")),
+        container=container,
+        captured_at=str(kept.get("captured_at", "")),
+    )
