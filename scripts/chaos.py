@@ -880,6 +880,16 @@ class Kube:
                 return
             time.sleep(0.1)
 
+    def kueue_running(self) -> bool:
+        """Kueue's CRDs are served and its webhooks registered (`scripts/cluster down --kueue` leaves the
+        CRDs: jobs queued then would wait for ever, so the CRDs alone do not say Kueue runs)."""
+        if not self.has_crd("clusterqueues.kueue.x-k8s.io"):
+            return False
+        hooks = self.client.AdmissionregistrationV1Api(self.api_client).list_mutating_webhook_configuration(
+            _request_timeout=10
+        )
+        return any(h.metadata.name == "kueue-mutating-webhook-configuration" for h in hooks.items)
+
     def has_crd(self, name: str) -> bool:
         from kubernetes.client.rest import ApiException
 
@@ -972,7 +982,7 @@ def main(argv: list[str] | None = None) -> int:
         "--kueue",
         choices=["auto", "on", "off"],
         default=os.environ.get("CHAOS_KUEUE", "auto"),
-        help="the Kueue preemption wave (auto: on when the plane has Kueue's CRDs)",
+        help="the Kueue preemption wave (auto: on when Kueue runs on the plane: its CRDs and webhooks)",
     )
     parser.add_argument(
         "--kueue-priority-field",
@@ -1001,7 +1011,7 @@ def main(argv: list[str] | None = None) -> int:
     report_path = Path(args.report) if args.report else run_dir / "report.json"
     hexid = uuid.uuid4().hex[:6]
     kube = Kube(args.kubeconfig)
-    kueue = args.kueue == "on" or (args.kueue == "auto" and kube.has_crd("clusterqueues.kueue.x-k8s.io"))
+    kueue = args.kueue == "on" or (args.kueue == "auto" and kube.kueue_running())
     plan = make_plan(seed=args.seed, jobs=args.jobs, short=args.short, kueue=kueue)
     run = Run(args)
     log(
