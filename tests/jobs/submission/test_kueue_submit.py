@@ -190,7 +190,7 @@ def test_a_queued_job_carries_its_queue_and_priority_waits_suspended_then_runs_a
         lambda d: d["state"] == "queued" and bool(d["queued_reason"]),
         what="supervision to say why the job waits",
     )
-    assert waiting["queued_reason"]["reason"] == "awaiting-admission", waiting["queued_reason"]
+    assert waiting["queued_reason"]["reason"] == "awaiting-quota", waiting["queued_reason"]
     assert _trainjob(kube, ns, f"{job_id}-1")["spec"]["suspend"] is True
 
     kube.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", "holder")
