@@ -206,23 +206,34 @@ NOT_INSTALLED_SECONDS = 60.0
 
 
 class _Presence:
-    """When the API server last said it does not serve kueue.x-k8s.io/v1beta2 (monotonic seconds)."""
+    """What the API server last said of kueue.x-k8s.io/v1beta2, kept NOT_INSTALLED_SECONDS (monotonic)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._absent_until = 0.0
+        self._present_until = 0.0
 
     def absent(self) -> bool:
         with self._lock:
             return time.monotonic() < self._absent_until
 
+    def present(self) -> bool:
+        with self._lock:
+            return time.monotonic() < self._present_until
+
     def note_absent(self, seconds: float = NOT_INSTALLED_SECONDS) -> None:
         with self._lock:
             self._absent_until = time.monotonic() + seconds
+            self._present_until = 0.0
+
+    def note_present(self, seconds: float = NOT_INSTALLED_SECONDS) -> None:
+        with self._lock:
+            self._present_until = time.monotonic() + seconds
+            self._absent_until = 0.0
 
     def forget(self) -> None:
         with self._lock:
-            self._absent_until = 0.0
+            self._absent_until = self._present_until = 0.0
 
 
 presence = _Presence()
@@ -233,6 +244,8 @@ def installed() -> bool:
     NOT_INSTALLED_SECONDS; otherwise one discovery GET of the group version)."""
     if presence.absent():
         return False
+    if presence.present():
+        return True
     what = f"{GROUP}/{VERSION}"
     api = api_client()
     gateway.requests_made.add()
@@ -249,7 +262,10 @@ def installed() -> bool:
             if response.status == 404:
                 presence.note_absent()
                 return False
-            return 200 <= response.status < 300
+            if 200 <= response.status < 300:
+                presence.note_present()
+                return True
+            return False
     except ClusterError:
         return False
 
