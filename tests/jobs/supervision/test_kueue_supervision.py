@@ -1,0 +1,341 @@
+"""Supervision through Kueue v0.19.2 on the local control plane, the user's way: POST /api/v1/jobs (the submit
+task runs on commit), supervision cycles (the beat's code: jobs.supervision.cycle), GET /api/v1/jobs/{id}.
+
+Each test's namespace has a LocalQueue `dispatch` on a ClusterQueue of its own (cpu 4, memory 16Gi,
+nvidia.com/gpu 2: the fixture `kueue_queue`), so a job asking nvidia.com/gpu 1 per node on dispatch-kind
+(2 nodes) takes the whole GPU quota and a second one waits. What Kueue does is checked with the test's own
+client (tests.support.kueue: its Recorder watches the namespace's pods), never with dispatch's records.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import TestCase
+from rest_framework.test import APIClient
+
+from jobs.models import Execution, Job
+from jobs.supervision import cycle
+from runtimes.models import AllowListEntry, SiteSettings
+from tests.jobs.supervision.support import supervise_until
+from tests.support.cluster import Kube, KueueQueue
+from tests.support.dispatch import GROUP, VERSION
+from tests.support.kueue import (
+    KUEUE,
+    ONE_GPU_PER_NODE,
+    Recorder,
+    condition,
+    conditions_summary,
+    is_true,
+    pending_workloads,
+    queued_trainjob,
+    wait_for,
+    wait_workload,
+    workload_of,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db]
+
+MARK = "dispatch.dev/kueue-deactivated"
+
+
+def _api(token: str) -> APIClient:
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return api
+
+
+def _body(queue: KueueQueue, **extra: Any) -> dict[str, Any]:
+    return {
+        "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+        "namespace": queue.namespace,
+        "image": "localhost/trainer:v1",
+        "queue_name": queue.name,
+        "resources_per_node": ONE_GPU_PER_NODE,
+    } | extra
+
+
+@pytest.fixture(autouse=True)
+def _dispatch_kind_allowed(db: None) -> None:
+    AllowListEntry.objects.get_or_create(kind="ClusterTrainingRuntime", name="dispatch-kind", for_jobs=True)
+
+
+def _allow_priorities(namespace: str) -> None:
+    site = SiteSettings.load()
+    site.kueue_priority_classes = {namespace: ["dispatch-low", "dispatch-high"]}
+    site.save()
+
+
+def _submit(token: str, body: dict[str, Any], capture: Any) -> str:
+    with capture(execute=True):
+        response = _api(token).post("/api/v1/jobs", body, format="json")
+    assert response.status_code == 202, response.json()
+    job_id: str = response.json()["id"]
+    return job_id
+
+
+def _trainjob(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = kube.custom.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "trainjobs", name
+    )
+    return obj
+
+
+def _get(token: str, job_id: str) -> dict[str, Any]:
+    response = _api(token).get(f"/api/v1/jobs/{job_id}")
+    assert response.status_code == 200
+    data: dict[str, Any] = response.json()
+    return data
+
+
+def _admitted(wl: dict[str, Any]) -> bool:
+    return is_true(wl, "QuotaReserved") and is_true(wl, "Admitted")
+
+
+def _pods_of_attempt(recorder: Recorder, job_id: str, attempt: int) -> dict[str, dict[str, Any]]:
+    """Every pod of (job, attempt) the test's own watch saw, by UID (its last state)."""
+    found: dict[str, dict[str, Any]] = {}
+    for observed in recorder.of("Pod"):
+        labels = observed.obj["metadata"].get("labels") or {}
+        if labels.get("dispatch.dev/job") == job_id and labels.get("dispatch.dev/attempt") == str(attempt):
+            found[observed.obj["metadata"]["uid"]] = observed.obj
+    return found
+
+
+def _ran(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") == "Running"
+
+
+def _cycles_held(held: list[Callable[[], Any]]) -> None:
+    """One supervision cycle whose on-commit work (delete a TrainJob, submit A+1) is held back, as when the
+    worker that would run it is busy: the held callbacks run later, in order."""
+    with TestCase.captureOnCommitCallbacks(execute=False) as callbacks:
+        cycle.supervise()
+    held.extend(callbacks)
+
+
+# ---------------------------------------------------------------- queueing
+
+
+def test_second_job_is_queued_for_quota_at_position_1_then_starts_when_the_first_ends(
+    kube: Kube,
+    kueue_queue: KueueQueue,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Two jobs that each need the ClusterQueue's two GPUs: the second is `queued` with Kueue's quota reason
+    and position 1 in its LocalQueue (the visibility API, read once per LocalQueue and cycle); once the
+    first is cancelled, Kueue admits the second and it runs."""
+    token = submitter[1]
+    first = _submit(
+        token, _body(kueue_queue, env={"KWOK_STAY_RUNNING": "1"}), django_capture_on_commit_callbacks
+    )
+    supervise_until(token, first, lambda d: d["state"] == "running", what="the first job running")
+    second = _submit(
+        token, _body(kueue_queue, env={"KWOK_RUN_DURATION": "2s"}), django_capture_on_commit_callbacks
+    )
+    waiting = supervise_until(
+        token,
+        second,
+        lambda d: d["state"] == "queued" and "position" in (d["queued_reason"] or {}),
+        what="the second job queued with its position",
+    )
+    reason = waiting["queued_reason"]
+    assert reason["reason"] == "awaiting-quota", reason
+    assert reason["position"] == 1 and reason["local_queue"] == kueue_queue.name, reason
+    assert "insufficient unused quota for nvidia.com/gpu in flavor dispatch-kwok" in reason["message"], reason
+    # The job page shows it too.
+    page = _api(token).get(f"/jobs/{second}/")
+    if page.status_code == 200:
+        assert "position 1" in page.content.decode()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        cancelled = _api(token).post(f"/api/v1/jobs/{first}/cancel")
+    assert cancelled.status_code in (200, 202), cancelled.content
+    done = supervise_until(
+        token,
+        second,
+        lambda d: d["state"] == "succeeded",
+        timeout=120,
+        what="the second job ran and succeeded",
+    )
+    assert done["queued_reason"] in ({}, None) or "position" not in done["queued_reason"]
+
+
+# ---------------------------------------------------------------- preemption ends the attempt
+
+
+def test_kueue_preemption_ends_attempt_1_for_good_and_attempt_2_runs_as_a_new_trainjob(
+    kube: Kube,
+    kueue_queue: KueueQueue,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """A low-priority job runs; a high-priority TrainJob arrives in the same ClusterQueue and Kueue preempts
+    the low one. Supervision deactivates attempt 1's Workload with dispatch's mark and records `preempted`
+    with the Workload's Evicted and Preempted conditions as evidence. The worker that deletes attempt 1's
+    TrainJob is held back (its on-commit work waits) until the high job is done and Kueue has admitted
+    another workload in its place: without the deactivation Kueue would re-admit attempt 1 first (priority
+    100 over 0) and resume the SAME TrainJob, so new pods of attempt 1 would run; the test's own pod watch
+    proves none did. Then attempt 2 runs as a new TrainJob whose pods carry DISPATCH_ATTEMPT=2."""
+    ns = kueue_queue.namespace
+    token = submitter[1]
+    _allow_priorities(ns)
+    recorder = Recorder(kube, ns).start()
+    held: list[Callable[[], Any]] = []
+    try:
+        body = _body(
+            kueue_queue,
+            priority_class="dispatch-low",
+            env={"KWOK_STAY_RUNNING": "1"},
+            recovery_policy={"retry": {"preempted": 1}, "backoff_seconds": {"preempted": 0}},
+        )
+        job_id = _submit(token, body, django_capture_on_commit_callbacks)
+        supervise_until(token, job_id, lambda d: d["state"] == "running", what="the low job running")
+        first = _trainjob(kube, ns, f"{job_id}-1")
+        first_pods = set(_pods_of_attempt(recorder, job_id, 1))
+        assert len(first_pods) == 2, first_pods
+
+        high = queued_trainjob(
+            kube, kueue_queue, "high", env={"KWOK_RUN_DURATION": "3s"}, priority="dispatch-high", gpus=True
+        )
+        wait_workload(kube, first, lambda w: is_true(w, "Evicted", "Preempted"), "attempt 1 preempted")
+
+        def attempt_1_ended() -> bool:
+            _cycles_held(held)
+            return Execution.objects.get(job_id=job_id, attempt=1).state == "failed"
+
+        wait_for("attempt 1 failed (its delete held back)", attempt_1_ended, timeout=60)
+        execution = Execution.objects.get(job_id=job_id, attempt=1)
+        assert execution.cause == "preempted", (execution.cause, execution.message)
+        fields = {(e["field"], e["value"].split(":")[0]) for e in execution.evidence}
+        assert ("status.conditions[Evicted]", "Preempted") in fields, execution.evidence
+        assert ("status.conditions[Preempted]", "InClusterQueue") in fields, execution.evidence
+        assert "due to prioritization in the ClusterQueue" in execution.message, execution.message
+        high_wl = workload_of(kube, high) or {}
+        assert f"by workload UID {high_wl['metadata']['uid']}" in execution.message, execution.message
+
+        # The high job finishes; a canary (no priority) takes the quota for a second. Then Kueue has had
+        # its chance: attempt 1 is neither admitted nor waiting in the LocalQueue (the visibility API), or,
+        # without the deactivation, it is re-admitted and its pods run again (a requeued Workload may wait
+        # out a backoff first, so the canary alone proves nothing).
+        wait_workload(kube, high, lambda w: is_true(w, "Finished", "Succeeded"), "high finished", timeout=60)
+        canary = queued_trainjob(kube, kueue_queue, "canary", env={"KWOK_RUN_DURATION": "1s"}, gpus=True)
+        first_wl = (workload_of(kube, first) or {})["metadata"]["name"]
+
+        def rerun_seen() -> bool:
+            return bool(set(_pods_of_attempt(recorder, job_id, 1)) - first_pods)
+
+        wait_for(
+            "the canary done (or attempt 1 re-admitted)",
+            lambda: rerun_seen() or is_true(workload_of(kube, canary) or {}, "Finished", "Succeeded"),
+            timeout=60,
+        )
+
+        def settled() -> bool:
+            if rerun_seen():
+                return True
+            pending = {i["metadata"]["name"] for i in pending_workloads(kube, kueue_queue).get("items") or []}
+            return first_wl not in pending and not _admitted(workload_of(kube, first) or {})
+
+        wait_for("attempt 1 out of Kueue's queue (or re-admitted)", settled, timeout=60)
+        rerun = {
+            uid: pod for uid, pod in _pods_of_attempt(recorder, job_id, 1).items() if uid not in first_pods
+        }
+        assert rerun == {}, f"attempt 1 ran again under the same identity: {sorted(rerun)}"
+
+        # attempt 1's Workload: deactivated by dispatch, its mark says why (the TrainJob still exists: the
+        # worker that deletes it is held back).
+        wl = wait_workload(kube, first, lambda w: w["spec"].get("active") is False, "deactivated")
+        mark = json.loads(wl["metadata"]["annotations"][MARK])
+        assert mark["cause"] == "preempted" and mark["evicted"]["reason"] == "Preempted", mark
+        # (Kueue leaves Evicted=True Preempted on a Workload evicted already; on one still admitted it writes
+        # Evicted=True Deactivated: either way the mark makes it dispatch's own act, not a user's.)
+        # A supervisor reading it now sees dispatch's own deactivation: still preempted.
+        for _ in range(2):
+            _cycles_held(held)
+        assert Job.objects.get(pk=job_id).executions.get(attempt=1).cause == "preempted"
+
+        # The worker catches up: attempt 1's TrainJob is deleted, attempt 2 is a new TrainJob.
+        for callback in held:
+            callback()
+        held.clear()
+        done = supervise_until(
+            token,
+            job_id,
+            lambda d: d["current_attempt"] == 2 and d["state"] == "running",
+            timeout=120,
+            what="attempt 2 running",
+        )
+        assert done["executions"][0]["cause"] == "preempted", done["executions"]
+        second = _trainjob(kube, ns, f"{job_id}-2")
+        assert second["metadata"]["uid"] != first["metadata"]["uid"]
+        pods_2 = wait_for(
+            "attempt 2's pods seen running",
+            lambda: [p for p in _pods_of_attempt(recorder, job_id, 2).values() if _ran(p)],
+        )
+        for pod in pods_2:
+            env = {e["name"]: e.get("value") for c in pod["spec"]["containers"] for e in c.get("env") or []}
+            assert env.get("DISPATCH_ATTEMPT") == "2", env
+        rerun = set(_pods_of_attempt(recorder, job_id, 1)) - first_pods
+        assert rerun == set(), f"attempt 1 ran again: {sorted(rerun)}"
+    finally:
+        for callback in held:
+            callback()
+        recorder.stop()
+
+
+# ---------------------------------------------------------------- deactivation and PodsReady timeout
+
+
+def test_a_workload_a_user_deactivates_cancels_the_job_outside_dispatch(
+    kube: Kube,
+    kueue_queue: KueueQueue,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    ns = kueue_queue.namespace
+    token = submitter[1]
+    job_id = _submit(
+        token, _body(kueue_queue, env={"KWOK_STAY_RUNNING": "1"}), django_capture_on_commit_callbacks
+    )
+    supervise_until(token, job_id, lambda d: d["state"] == "running", what="running")
+    trainjob = _trainjob(kube, ns, f"{job_id}-1")
+    wl = workload_of(kube, trainjob) or {}
+    kube.custom.patch_namespaced_custom_object(
+        *KUEUE, ns, "workloads", wl["metadata"]["name"], {"spec": {"active": False}}
+    )
+    done = supervise_until(token, job_id, lambda d: d["state"] == "cancelled", what="cancelled")
+    assert done["cause"] == "cancelled"
+    assert "deactivated outside dispatch" in done["message"], done["message"]
+    assert any("Deactivated" in str(e["value"]) for e in done["evidence"]), done["evidence"]
+    assert MARK not in ((workload_of(kube, trainjob) or {}).get("metadata", {}).get("annotations") or {})
+
+
+def test_a_pods_ready_timeout_ends_the_attempt_evicted(
+    kube: Kube,
+    kueue_queue: KueueQueue,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Pods that never get Ready (KWOK_IMAGE_PULL_ERROR: Pending in ErrImagePull): Kueue evicts the Workload
+    PodsReadyTimeout after the plane's 15 s (scripts/cluster sets waitForPodsReady.timeout), well before
+    dispatch's own image-pull threshold; dispatch records `evicted` with that evidence, deactivates the
+    Workload and deletes the TrainJob (a policy without retries)."""
+    ns = kueue_queue.namespace
+    token = submitter[1]
+    body = _body(kueue_queue, env={"KWOK_IMAGE_PULL_ERROR": "1"}, recovery_policy={"retry": {"evicted": 0}})
+    job_id = _submit(token, body, django_capture_on_commit_callbacks)
+    trainjob = _trainjob(kube, ns, f"{job_id}-1")
+    done = supervise_until(token, job_id, lambda d: d["state"] == "failed", timeout=90, what="failed")
+    assert done["cause"] == "evicted", (done["cause"], done["message"])
+    assert any(str(e["value"]).startswith("PodsReadyTimeout") for e in done["evidence"]), done["evidence"]
+    wl = workload_of(kube, trainjob)
+    if wl is not None:  # the TrainJob may be gone already, and its Workload with it
+        assert wl["spec"]["active"] is False, conditions_summary(wl)
+        assert json.loads(wl["metadata"]["annotations"][MARK])["cause"] == "evicted"
+        assert condition(wl, "Evicted") is not None
