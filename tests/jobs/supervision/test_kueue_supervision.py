@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.test import TestCase
+from django.test import Client, TestCase
 from rest_framework.test import APIClient
 
+from cluster import kueue as cluster_kueue
 from jobs.models import Execution, Job
 from jobs.supervision import cycle
 from runtimes.models import AllowListEntry, SiteSettings
@@ -126,11 +127,21 @@ def test_second_job_is_queued_for_quota_at_position_1_then_starts_when_the_first
     kueue_queue: KueueQueue,
     submitter: tuple[User, str],
     django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Two jobs that each need the ClusterQueue's two GPUs: the second is `queued` with Kueue's quota reason
-    and position 1 in its LocalQueue (the visibility API, read once per LocalQueue and cycle); once the
-    first is cancelled, Kueue admits the second and it runs."""
+    """Three jobs that each need the ClusterQueue's two GPUs: the second and third are `queued` with Kueue's
+    quota reason and positions 1 and 2 in their LocalQueue (the visibility API, read once per LocalQueue
+    and cycle however many jobs wait in it: counted by a spy that calls through); the job page shows the
+    position; once the first is cancelled, Kueue admits the second and it runs."""
     token = submitter[1]
+    calls: list[tuple[str, str]] = []
+    real = cluster_kueue.pending_workloads
+
+    def spy(namespace: str, local_queue: str) -> Any:
+        calls.append((namespace, local_queue))
+        return real(namespace, local_queue)
+
+    monkeypatch.setattr(cluster_kueue, "pending_workloads", spy)
     first = _submit(
         token, _body(kueue_queue, env={"KWOK_STAY_RUNNING": "1"}), django_capture_on_commit_callbacks
     )
@@ -138,20 +149,29 @@ def test_second_job_is_queued_for_quota_at_position_1_then_starts_when_the_first
     second = _submit(
         token, _body(kueue_queue, env={"KWOK_RUN_DURATION": "2s"}), django_capture_on_commit_callbacks
     )
-    waiting = supervise_until(
-        token,
-        second,
-        lambda d: d["state"] == "queued" and "position" in (d["queued_reason"] or {}),
-        what="the second job queued with its position",
+    third = _submit(
+        token, _body(kueue_queue, env={"KWOK_RUN_DURATION": "2s"}), django_capture_on_commit_callbacks
     )
+    supervise_until(
+        token,
+        third,
+        lambda d: (d["queued_reason"] or {}).get("position") == 2,
+        what="the third job queued at position 2",
+    )
+    waiting = _get(token, second)
     reason = waiting["queued_reason"]
-    assert reason["reason"] == "awaiting-quota", reason
+    assert waiting["state"] == "queued" and reason["reason"] == "awaiting-quota", reason
     assert reason["position"] == 1 and reason["local_queue"] == kueue_queue.name, reason
     assert "insufficient unused quota for nvidia.com/gpu in flavor dispatch-kwok" in reason["message"], reason
+    calls.clear()
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        cycle.supervise()
+    assert calls == [(kueue_queue.namespace, kueue_queue.name)], calls  # two jobs waiting, one call
     # The job page shows it too.
-    page = _api(token).get(f"/jobs/{second}/")
-    if page.status_code == 200:
-        assert "position 1" in page.content.decode()
+    page = Client()
+    page.force_login(submitter[0])
+    html = page.get(f"/jobs/{second}/").content.decode()
+    assert f"LocalQueue <code>{kueue_queue.name}</code>" in html and "position 1" in html, html[:2000]
 
     with django_capture_on_commit_callbacks(execute=True):
         cancelled = _api(token).post(f"/api/v1/jobs/{first}/cancel")
@@ -163,7 +183,7 @@ def test_second_job_is_queued_for_quota_at_position_1_then_starts_when_the_first
         timeout=120,
         what="the second job ran and succeeded",
     )
-    assert done["queued_reason"] in ({}, None) or "position" not in done["queued_reason"]
+    assert done["cause"] == ""
 
 
 # ---------------------------------------------------------------- preemption ends the attempt
