@@ -16,20 +16,21 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client, TestCase
+from kubernetes.client.rest import ApiException
 from rest_framework.test import APIClient
 
 from cluster import kueue as cluster_kueue
 from jobs.models import Execution, Job
 from jobs.supervision import cycle
 from runtimes.models import AllowListEntry, SiteSettings
-from tests.jobs.supervision.support import supervise_until
+from tests.jobs.supervision.support import supervise_until, wait_job
+from tests.jobs.supervision.test_watches import watching
 from tests.support.cluster import Kube, KueueQueue
 from tests.support.dispatch import GROUP, VERSION
 from tests.support.kueue import (
     KUEUE,
     ONE_GPU_PER_NODE,
     Recorder,
-    condition,
     conditions_summary,
     is_true,
     pending_workloads,
@@ -336,7 +337,10 @@ def test_a_workload_a_user_deactivates_cancels_the_job_outside_dispatch(
     assert MARK not in ((workload_of(kube, trainjob) or {}).get("metadata", {}).get("annotations") or {})
 
 
+@pytest.mark.parametrize("path", ["beat", "watch"])
+@pytest.mark.django_db(transaction=True)
 def test_a_pods_ready_timeout_ends_the_attempt_evicted(
+    path: str,
     kube: Kube,
     kueue_queue: KueueQueue,
     submitter: tuple[User, str],
@@ -345,17 +349,44 @@ def test_a_pods_ready_timeout_ends_the_attempt_evicted(
     """Pods that never get Ready (KWOK_IMAGE_PULL_ERROR: Pending in ErrImagePull): Kueue evicts the Workload
     PodsReadyTimeout after the plane's 15 s (scripts/cluster sets waitForPodsReady.timeout), well before
     dispatch's own image-pull threshold; dispatch records `evicted` with that evidence, deactivates the
-    Workload and deletes the TrainJob (a policy without retries)."""
+    Workload and deletes the TrainJob (a policy without retries). Through the beat's cycle and through
+    `manage.py supervise` (its informers watch the namespace's Workloads)."""
     ns = kueue_queue.namespace
     token = submitter[1]
     body = _body(kueue_queue, env={"KWOK_IMAGE_PULL_ERROR": "1"}, recovery_policy={"retry": {"evicted": 0}})
     job_id = _submit(token, body, django_capture_on_commit_callbacks)
     trainjob = _trainjob(kube, ns, f"{job_id}-1")
-    done = supervise_until(token, job_id, lambda d: d["state"] == "failed", timeout=90, what="failed")
+    recorder = Recorder(kube, ns).start()
+    try:
+        if path == "beat":
+            done = supervise_until(token, job_id, lambda d: d["state"] == "failed", timeout=90, what="failed")
+        else:
+            with watching(interval=0.5):
+                wait_job(job_id, lambda j: j.state == "failed", timeout=90, what="failed")
+            done = _get(token, job_id)
+    finally:
+        recorder.stop()
     assert done["cause"] == "evicted", (done["cause"], done["message"])
     assert any(str(e["value"]).startswith("PodsReadyTimeout") for e in done["evidence"]), done["evidence"]
-    wl = workload_of(kube, trainjob)
-    if wl is not None:  # the TrainJob may be gone already, and its Workload with it
-        assert wl["spec"]["active"] is False, conditions_summary(wl)
-        assert json.loads(wl["metadata"]["annotations"][MARK])["cause"] == "evicted"
-        assert condition(wl, "Evicted") is not None
+    # dispatch deactivated the Workload with its mark before deleting the TrainJob (the watch's last view).
+    seen = [o.obj for o in recorder.of("Workload") if o.obj["metadata"]["name"] == workload_name(trainjob)]
+    marked = [w for w in seen if MARK in (w["metadata"].get("annotations") or {})]
+    assert marked and marked[-1]["spec"]["active"] is False, [conditions_summary(w) for w in seen]
+    assert json.loads(marked[-1]["metadata"]["annotations"][MARK])["cause"] == "evicted"
+    wait_for("the TrainJob deleted", lambda: not _exists(kube, ns, f"{job_id}-1"), timeout=30)
+
+
+def workload_name(trainjob: dict[str, Any]) -> str:
+    from tests.support.kueue import workload_name as name
+
+    return name(trainjob["metadata"]["name"], trainjob["metadata"]["uid"])
+
+
+def _exists(kube: Kube, namespace: str, name: str) -> bool:
+    try:
+        _trainjob(kube, namespace, name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
