@@ -390,3 +390,55 @@ def _exists(kube: Kube, namespace: str, name: str) -> bool:
             return False
         raise
     return True
+
+
+# ---------------------------------------------------------------- the deactivation itself
+
+
+def test_deactivation_is_a_compare_and_set_that_rereads_after_a_conflict_and_is_idempotent(
+    kube: Kube, dispatch_on_cluster: str, kueue_queue: KueueQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cluster.kueue.deactivate_workload against the real API server. Between its read and its patch another
+    writer changes the Workload (the test's own client adds an annotation, as Kueue's status writes do
+    around an eviction): the patch, conditioned on the resourceVersion it read, is refused 409; it reads
+    again and patches again, keeping the other writer's change. A second call (a second supervisor) finds
+    it inactive and writes nothing; a Workload of another UID under that name is left alone."""
+    from cluster import gateway
+
+    ns = kueue_queue.namespace
+    tj = queued_trainjob(kube, kueue_queue, "victim", env={"KWOK_STAY_RUNNING": "1"}, gpus=True)
+    wl = wait_workload(kube, tj, _admitted, "admitted")
+    name, uid = wl["metadata"]["name"], wl["metadata"]["uid"]
+    verbs: list[str] = []
+    real = gateway.call_api
+
+    def interleaved(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        verb = fn.__name__.split("_")[0]
+        try:
+            result = real(what, fn, *args, **kwargs)
+        except Exception as exc:
+            verbs.append(f"{verb}:{type(exc).__name__}")
+            raise
+        verbs.append(verb)
+        if verbs == ["get"]:  # the other writer, between dispatch's read and its patch
+            kube.custom.patch_namespaced_custom_object(
+                *KUEUE, ns, "workloads", name, {"metadata": {"annotations": {"test.example/other": "1"}}}
+            )
+        return result
+
+    monkeypatch.setattr(gateway, "call_api", interleaved)
+    mark = {"dispatch.dev/kueue-deactivated": json.dumps({"cause": "preempted"})}
+    outcome = cluster_kueue.deactivate_workload(namespace=ns, name=name, uid=uid, annotations=mark)
+    assert outcome == cluster_kueue.DEACTIVATED
+    assert verbs == ["get", "patch:Conflict", "get", "patch"], verbs
+    now = workload_of(kube, tj) or {}
+    assert now["spec"]["active"] is False
+    notes = now["metadata"]["annotations"]
+    assert notes["test.example/other"] == "1" and json.loads(notes[MARK]) == {"cause": "preempted"}
+
+    verbs.clear()
+    again = cluster_kueue.deactivate_workload(namespace=ns, name=name, uid=uid, annotations=mark)
+    assert (again, verbs) == (cluster_kueue.ALREADY, ["get"])
+    verbs.clear()
+    other = cluster_kueue.deactivate_workload(namespace=ns, name=name, uid="another-uid", annotations=mark)
+    assert (other, verbs) == (cluster_kueue.GONE, ["get"])
