@@ -302,8 +302,8 @@ def test_kueue_preemption_ends_attempt_1_for_good_and_attempt_2_runs_as_a_new_tr
         for pod in pods_2:
             env = {e["name"]: e.get("value") for c in pod["spec"]["containers"] for e in c.get("env") or []}
             assert env.get("DISPATCH_ATTEMPT") == "2", env
-        rerun = set(_pods_of_attempt(recorder, job_id, 1)) - first_pods
-        assert rerun == set(), f"attempt 1 ran again: {sorted(rerun)}"
+        again = set(_pods_of_attempt(recorder, job_id, 1)) - first_pods
+        assert again == set(), f"attempt 1 ran again: {sorted(again)}"
     finally:
         for callback in held:
             callback()
