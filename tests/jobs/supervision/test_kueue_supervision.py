@@ -442,3 +442,52 @@ def test_deactivation_is_a_compare_and_set_that_rereads_after_a_conflict_and_is_
     verbs.clear()
     other = cluster_kueue.deactivate_workload(namespace=ns, name=name, uid="another-uid", annotations=mark)
     assert (other, verbs) == (cluster_kueue.GONE, ["get"])
+
+
+# ---------------------------------------------------------------- without Kueue
+
+
+def test_without_kueue_the_workload_list_is_one_404_remembered_and_supervision_goes_on(
+    kube: Kube,
+    namespace: str,
+    dispatch_on_cluster: str,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cluster whose API server does not serve the Workloads' group (here: the Resource pointed at a group
+    no API server serves, since this plane may have Kueue's CRDs): the first cycle's list answers 404, the
+    job is supervised as before with no warning and no error, and the next cycles list no Workloads at all
+    (the answer is remembered for a minute)."""
+    from cluster import gateway
+
+    monkeypatch.setattr(
+        gateway, "WORKLOADS", gateway.Resource("Workload", "absent.dispatch.test", "v1beta2", "workloads")
+    )
+    cluster_kueue.presence.forget()
+    listed: list[str] = []
+    real = gateway.list_objects
+
+    def spy(resource: Any, ns: Any, **kwargs: Any) -> Any:
+        if resource.kind == "Workload":
+            listed.append(str(ns))
+        return real(resource, ns, **kwargs)
+
+    monkeypatch.setattr(gateway, "list_objects", spy)
+    token = submitter[1]
+    body = {
+        "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+        "namespace": namespace,
+        "image": "localhost/trainer:v1",
+        "env": {"KWOK_STAY_RUNNING": "1"},
+    }
+    try:
+        job_id = _submit(token, body, django_capture_on_commit_callbacks)
+        data = supervise_until(token, job_id, lambda d: d["state"] == "running", what="running")
+        assert not data.get("supervision_warnings"), data["supervision_warnings"]
+        for _ in range(3):
+            report = cycle.supervise()
+            assert report.ran and report.error == "", report.error
+        assert listed == [namespace], listed  # one 404, remembered
+    finally:
+        cluster_kueue.presence.forget()
