@@ -9,12 +9,19 @@ before it routes: an account whose RBAC does not name kueue.x-k8s.io gets 403 (R
 404 needs deploy/rbac's Kueue rules, which an installation without Kueue may keep.
 
 Objects come back as plain data (managedFields dropped); the pure code in jobs/ reads quotas and usage from
-them. Nothing here writes.
+them. One write: `deactivate_workload` (spec.active=false with dispatch's mark), compare-and-set on the
+Workload's resourceVersion.
+
+Supervision lists Workloads per namespace (`list_workloads`); without Kueue that list answers 404 for the
+group, and the answer is remembered for NOT_INSTALLED_SECONDS, so a cluster without Kueue pays one call per
+that period, not one per namespace per cycle.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +30,7 @@ from kubernetes.client.exceptions import ApiException
 
 from cluster import gateway
 from cluster.client import api_client, request_timeout
-from cluster.errors import ClusterError, ClusterUnavailable
+from cluster.errors import ClusterError, ClusterUnavailable, Conflict, NotFound
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
@@ -191,3 +198,140 @@ def pending_workloads(namespace: str, local_queue: str) -> list[PendingWorkload]
         ]
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ClusterUnavailable(what, f"unreadable answer: {exc}") from None
+
+
+# ---------------------------------------------------------------- Workloads (supervision)
+
+NOT_INSTALLED_SECONDS = 60.0
+
+
+class _Presence:
+    """What the API server last said of kueue.x-k8s.io/v1beta2, kept NOT_INSTALLED_SECONDS (monotonic)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._absent_until = 0.0
+        self._present_until = 0.0
+
+    def absent(self) -> bool:
+        with self._lock:
+            return time.monotonic() < self._absent_until
+
+    def present(self) -> bool:
+        with self._lock:
+            return time.monotonic() < self._present_until
+
+    def note_absent(self, seconds: float = NOT_INSTALLED_SECONDS) -> None:
+        with self._lock:
+            self._absent_until = time.monotonic() + seconds
+            self._present_until = 0.0
+
+    def note_present(self, seconds: float = NOT_INSTALLED_SECONDS) -> None:
+        with self._lock:
+            self._present_until = time.monotonic() + seconds
+            self._absent_until = 0.0
+
+    def forget(self) -> None:
+        with self._lock:
+            self._absent_until = self._present_until = 0.0
+
+
+presence = _Presence()
+
+
+def installed() -> bool:
+    """Kueue's Workloads are served, as far as this process knows (a 404 for the group is remembered for
+    NOT_INSTALLED_SECONDS; otherwise one discovery GET of the group version)."""
+    if presence.absent():
+        return False
+    if presence.present():
+        return True
+    what = f"{GROUP}/{VERSION}"
+    api = api_client()
+    gateway.requests_made.add()
+    try:
+        with gateway.calling(what):
+            method, url, headers, _body, _post = api.param_serialize(
+                "GET",
+                f"/apis/{GROUP}/{VERSION}",
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+            response = api.call_api(method, url, header_params=headers, _request_timeout=request_timeout())
+            response.read()
+            if response.status == 404:
+                presence.note_absent()
+                return False
+            if 200 <= response.status < 300:
+                presence.note_present()
+                return True
+            return False
+    except ClusterError:
+        return False
+
+
+def list_workloads(namespace: str) -> list[dict[str, Any]] | None:
+    """Every Workload of the namespace (one list call), or None when Kueue is not installed (remembered for
+    NOT_INSTALLED_SECONDS: no call meanwhile). Other errors are raised (a ClusterError naming the read)."""
+    if presence.absent():
+        return None
+    try:
+        return gateway.list_objects(gateway.WORKLOADS, namespace).items
+    except NotFound:  # a list in a namespace never 404s for its objects: the group is not served
+        presence.note_absent()
+        return None
+
+
+DEACTIVATED = "deactivated"  # dispatch set spec.active=false now
+ALREADY = "already"  # spec.active was false already (dispatch's mark, or a user's act: the caller reads it)
+GONE = "gone"  # the Workload (that UID) no longer exists: its TrainJob is being deleted
+
+
+def deactivate_workload(
+    *, namespace: str, name: str, uid: str, annotations: dict[str, str], attempts: int = 5
+) -> str:
+    """Set the Workload's spec.active to false together with `annotations` (dispatch's mark: why it did so),
+    in one merge patch whose metadata.resourceVersion makes it a compare-and-set: a Workload changed meanwhile
+    (Kueue writes its status several times around an eviction) is read again and patched again. Idempotent:
+    a Workload already inactive is left as it is (ALREADY); one gone, or replaced under its name by another
+    UID, is GONE. Kueue then evicts it as `Deactivated` and never admits it again."""
+    what = gateway.target("Workload", namespace, name)
+    for _ in range(attempts):
+        try:
+            current: dict[str, Any] = gateway.call_api(
+                what,
+                gateway.custom().get_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                "workloads",
+                name,
+            )
+        except NotFound:
+            return GONE
+        meta = current.get("metadata") or {}
+        if uid and meta.get("uid") != uid:
+            return GONE
+        if (current.get("spec") or {}).get("active") is False:
+            return ALREADY
+        patch = {
+            "metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": annotations},
+            "spec": {"active": False},
+        }
+        try:
+            gateway.call_api(
+                what,
+                gateway.custom().patch_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                "workloads",
+                name,
+                patch,
+            )
+        except Conflict:
+            continue  # changed since the read: read it again
+        except NotFound:
+            return GONE
+        return DEACTIVATED
+    raise Conflict(what, f"the Workload kept changing: not deactivated after {attempts} attempts")

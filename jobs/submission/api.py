@@ -138,11 +138,19 @@ class QueuedReasonSerializer(serializers.Serializer):
 
     reason = serializers.CharField(
         required=False,
-        help_text="awaiting-admission, suspended, awaiting-jobset, awaiting-pods, unschedulable, image-pull, "
+        help_text="awaiting-quota, inadmissible, awaiting-admission-checks, awaiting-admission, suspended, "
+        "awaiting-jobset, awaiting-pods, unschedulable, image-pull, "
         "config-error, pods-not-created, retry-backoff",
     )
     message = serializers.CharField(required=False)
     since = serializers.CharField(allow_null=True, required=False)
+    local_queue = serializers.CharField(required=False, help_text="Kueue: the job's LocalQueue")
+    cluster_queue = serializers.CharField(required=False, help_text="Kueue: its ClusterQueue, once known")
+    workload = serializers.CharField(required=False, help_text="Kueue: the attempt's Workload")
+    position = serializers.IntegerField(
+        required=False, help_text="Kueue: place in the LocalQueue, 1 = admitted next (the visibility API)"
+    )
+    position_in_cluster_queue = serializers.IntegerField(required=False)
 
 
 class IdentityFindingSerializer(serializers.Serializer):

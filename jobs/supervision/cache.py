@@ -29,14 +29,14 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 
-from cluster import gateway
+from cluster import gateway, kueue
 from cluster.informer import DELETED, Informer, uid_of
 from jobs.models import Execution, JobState, PodTombstone
 from jobs.naming import trainjob_name_prefix
 from jobs.supervision.apply import SUPERVISED
 from jobs.supervision.cycle import LABELLED, Observation, is_dispatch_event
-from jobs.supervision.grouping import EVENT, POD, involved, label_key, owner_uids
-from jobs.supervision.status import DerivedStatus
+from jobs.supervision.grouping import EVENT, POD, WORKLOAD, involved, label_key, owner_uids
+from jobs.supervision.status import KUEUE_MARK, DerivedStatus
 from runtimes.models import SiteSettings
 
 logger = logging.getLogger(__name__)
@@ -131,6 +131,33 @@ def trim_event(event: Mapping[str, Any]) -> dict[str, Any]:
     if event.get("series"):
         kept["series"] = event["series"]
     return kept
+
+
+def trim_workload(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A Kueue Workload: what status derivation reads (spec.active and queueName, the status) and dispatch's
+    mark among its annotations (`<domain>/kueue-deactivated`)."""
+    meta = obj.get("metadata") or {}
+    notes = meta.get("annotations") or {}
+    kept: dict[str, Any] = {
+        "kind": "Workload",
+        "metadata": _meta(obj, annotations=[k for k in notes if str(k).endswith(f"/{KUEUE_MARK}")]),
+    }
+    spec = obj.get("spec") or {}
+    kept["spec"] = {k: spec[k] for k in ("active", "queueName", "priority") if k in spec}
+    kept["status"] = obj.get("status") or {}
+    return kept
+
+
+def _workload_owner(obj: Mapping[str, Any]) -> str:
+    """The name of the TrainJob that controls the Workload (one of dispatch's names), else ""."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("kind") == "TrainJob" and ref.get("controller"):
+            return str(ref.get("name") or "") if trainjob_name_prefix(str(ref.get("name") or "")) else ""
+    return ""
+
+
+def _workload_key(obj: Mapping[str, Any]) -> Key | None:
+    return _key_of_trainjob_name(_workload_owner(obj))
 
 
 TRIMS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
@@ -459,7 +486,7 @@ class CacheSource:
                 (namespace, key)
                 for namespace, watched in self._namespaces.items()
                 for key in watched.informers
-                if key[0] != EVENT and (namespace, key[1]) not in used
+                if key[0] not in (EVENT, WORKLOAD) and (namespace, key[1]) not in used
             ]
             stopped = [self._namespaces[ns].informers.pop(key) for ns, key in stale]
         for informer in stopped:
@@ -492,6 +519,22 @@ class CacheSource:
                 on_change=self._event_changed(namespace),
                 relist_seconds=self.relist_seconds,
             ).start()
+        if (WORKLOAD, "") not in watched.informers and kueue.installed():
+            # Kueue's Workloads carry no dispatch label: every Workload of the namespace, keeping those a
+            # TrainJob named like dispatch's controls (grouping then checks the owner's UID).
+            watched.informers[(WORKLOAD, "")] = self._informer(
+                gateway.WORKLOADS,
+                namespace,
+                trim=trim_workload,
+                keep=self._keep_workload,
+                indexers={
+                    "name": lambda o: [str((o.get("metadata") or {}).get("name") or "")],
+                    "owner": owner_uids,
+                    "job": lambda o: [f"{k[0]}/{k[1]}"] if (k := _workload_key(o)) else [],
+                },
+                on_change=self._workload_changed,
+                relist_seconds=self.relist_seconds,
+            ).start()
         for kind, resource in LABELLED.items():
             if (kind, domain) in watched.informers:
                 continue
@@ -516,6 +559,13 @@ class CacheSource:
             return label_key(obj, domain) not in self._finished
 
         return keep
+
+    def _keep_workload(self, obj: Mapping[str, Any]) -> bool:
+        key = _workload_key(obj)
+        return key is not None and key not in self._finished
+
+    def _workload_changed(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        self._touch(_workload_key(obj))
 
     def _keep_event(self, event: Mapping[str, Any]) -> bool:
         if not is_dispatch_event(event):

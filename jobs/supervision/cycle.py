@@ -21,6 +21,7 @@ instead of racing; every write is compare-and-set anyway, so a cycle that lost i
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import os
 import socket
@@ -37,7 +38,7 @@ from django.db import connection
 from django.db.models import F, Q
 from django.utils import timezone
 
-from cluster import gateway
+from cluster import gateway, kueue
 from cluster.errors import ClusterError, NotFound
 from dispatch_site import metrics
 from jobs.models import Execution, PodTombstone, SupervisorCycle
@@ -57,6 +58,7 @@ from jobs.supervision.grouping import (
     JOBSET,
     POD,
     TRAINJOB,
+    WORKLOAD,
     Grouped,
     ObjectSource,
     StaticIndex,
@@ -281,6 +283,14 @@ def read_namespace(namespace: str, domains: Sequence[str]) -> tuple[list[dict[st
         errors[EVENT] = str(exc)
     else:
         objects.extend(e for e in events if is_dispatch_event(e))
+    # Kueue's Workloads: one more list per namespace (none for a while once the group is found not served).
+    # They carry no dispatch label; grouping counts one only when the job's TrainJob owns it.
+    try:
+        workloads = kueue.list_workloads(namespace)
+    except ClusterError as exc:
+        errors[WORKLOAD] = str(exc)
+    else:
+        objects.extend(workloads or ())
     return objects, errors
 
 
@@ -409,13 +419,27 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
     )
     report.derived = len(statuses)
     phase("derive")
+    _queue_positions(statuses)
+    acted = _deactivate_evicted(statuses, report)
+    phase("kueue")
     # State changes first: when many executions changed at once, a failure is written before memory updates.
     order = sorted(
         zip(judged, watched, strict=True), key=lambda pair: statuses[pair[1].key].state == pair[0].state
     )
     for execution, item in order:
         status = statuses[item.key]
+        if item.key not in acted:
+            source.derived(execution, None, True)  # its Workload could not be deactivated: next cycle
+            continue
         failed = observation.errors.get(execution.job.namespace, {})
+        if WORKLOAD in failed:
+            status.warnings.append(
+                {
+                    "kind": "read",
+                    "object": f"Workloads in {execution.job.namespace}",
+                    "message": f"{failed[WORKLOAD]}: the status was derived without Kueue's Workloads",
+                }
+            )
         if EVENT in failed:
             status.warnings.append(
                 {
@@ -444,6 +468,81 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
         report.transitions += int(changed)
         source.derived(execution, status, supervised)
     phase("apply")
+
+
+QUEUED_FOR_QUOTA = ("awaiting-quota", "inadmissible")
+POSITION_RECHECK_SECONDS = 10.0
+
+
+def _queue_positions(statuses: Mapping[tuple[str, int], DerivedStatus]) -> None:
+    """The queue position of each execution waiting in a Kueue LocalQueue, from the visibility API: one call
+    per LocalQueue that has such executions this cycle, never one per job. Stored in its queued_reason
+    (`position`: 1 is the next to be admitted in the LocalQueue; `position_in_cluster_queue` likewise). A
+    read that fails leaves the position out and says so among the warnings."""
+    waiting: dict[tuple[str, str], list[DerivedStatus]] = {}
+    for status in statuses.values():
+        reason = status.queued_reason
+        if status.state != "queued" or reason.get("reason") not in QUEUED_FOR_QUOTA:
+            continue
+        namespace = str(reason.get("namespace") or "")
+        local_queue = str(reason.get("local_queue") or "")
+        if namespace and local_queue and reason.get("workload"):
+            waiting.setdefault((namespace, local_queue), []).append(status)
+    for (namespace, local_queue), group in sorted(waiting.items(), key=lambda pair: pair[0]):
+        try:
+            pending = {p.name: p for p in kueue.pending_workloads(namespace, local_queue)}
+        except ClusterError as exc:
+            for status in group:
+                status.warnings.append(
+                    {
+                        "kind": "read",
+                        "object": f"LocalQueue {namespace}/{local_queue} (pending workloads)",
+                        "message": f"{exc}: the queue position is not known",
+                    }
+                )
+            continue
+        for status in group:
+            found = pending.get(str(status.queued_reason.get("workload")))
+            if found is None:
+                continue
+            status.queued_reason = {
+                **status.queued_reason,
+                "position": found.position_in_local_queue + 1,
+                "position_in_cluster_queue": found.position_in_cluster_queue + 1,
+            }
+            # Positions move when other jobs are admitted, with no object of this one changing.
+            recheck = timezone.now() + timedelta(seconds=POSITION_RECHECK_SECONDS)
+            status.recheck_at = min(status.recheck_at or recheck, recheck)
+
+
+def _deactivate_evicted(
+    statuses: Mapping[tuple[str, int], DerivedStatus], report: CycleReport
+) -> set[tuple[str, int]]:
+    """Deactivate the Kueue Workloads the derivation says must be (an eviction ended the attempt), with
+    dispatch's mark, before the failure is written and the TrainJob deleted: Kueue can then never resume
+    that TrainJob. The keys whose status may be applied: all but those whose Workload could not be
+    deactivated (left for the next cycle, with the error in the report)."""
+    ok = set(statuses)
+    for key, status in statuses.items():
+        act = status.deactivate
+        if not act:
+            continue
+        mark = {**(act.get("mark") or {}), "at": timezone.now().isoformat()}
+        try:
+            outcome = kueue.deactivate_workload(
+                namespace=str(act["namespace"]),
+                name=str(act["name"]),
+                uid=str(act.get("uid") or ""),
+                annotations={str(act["key"]): json.dumps(mark, sort_keys=True)},
+            )
+        except ClusterError as exc:
+            ok.discard(key)
+            report.error = "; ".join(filter(None, [report.error, f"deactivating {exc}"]))
+            continue
+        logger.info(
+            "supervision: Workload %s/%s %s (%s)", act["namespace"], act["name"], outcome, status.cause
+        )
+    return ok
 
 
 def _add_events_of(grouped: Grouped, source: ObjectSource, item: Watched, uids: Iterable[str]) -> None:

@@ -18,6 +18,7 @@ The precedence follows `shared/reference/status-facts.md` §10:
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -116,6 +117,9 @@ class DerivedStatus:
     warnings: list[dict[str, Any]] = field(default_factory=list)
     # When a waiting cause's threshold runs out: the result may change then with no object changing.
     recheck_at: datetime | None = None
+    # Set when dispatch must deactivate the execution's Kueue Workload before anything else (an eviction ends
+    # the attempt): {namespace, name, uid, annotations}. The cycle acts; the derivation only says so.
+    deactivate: dict[str, Any] | None = None
 
     @property
     def terminal(self) -> bool:
@@ -862,8 +866,23 @@ def derive(
         fail_from_pods(ev)
         return status
 
-    # Kueue: a Workload evicted or preempted explains a suspension and its pod deletions.
-    workload_cause = _workload_cause(workloads)
+    # Kueue: an eviction ends the attempt (status-facts §12). Kueue would resume this same TrainJob, and its
+    # ranks would run again under the same identity: dispatch deactivates the Workload (with its mark, so the
+    # `Deactivated` that follows reads as its own act), records the cause and stops the TrainJob; A+1, if the
+    # recovery policy allows, is a new TrainJob. A Workload a user deactivated is the job cancelled.
+    eviction = kueue_eviction(workloads, ctx.label_domain)
+    if eviction is not None:
+        status.queued_reason = {}
+        if eviction.cause == CANCELLED:
+            status.state = CANCELLED
+            status.cause = CANCELLED
+            status.message = eviction.message
+            status.evidence = eviction.evidence
+            return status
+        fail(eviction.cause, eviction.message, eviction.evidence)
+        status.stop = True
+        status.deactivate = eviction.act
+        return status
 
     if jobset is not None and _true(jobset, "Failed"):
         js_failed = _true(jobset, "Failed") or {}
@@ -915,11 +934,11 @@ def derive(
     if suspended or _m(trainjob.get("spec")).get("suspend") is True:
         status.state = QUEUED
         since = (suspended or {}).get("lastTransitionTime")
-        status.queued_reason = {
+        status.queued_reason = kueue_queued_reason(workloads) or {
             "reason": "awaiting-admission",
-            "message": _admission_message(workloads) or "the TrainJob is suspended, waiting for admission",
-            "since": since,
+            "message": "the TrainJob is suspended, waiting for admission",
         }
+        status.queued_reason.setdefault("since", since)
         if not workloads and not _labels(trainjob).get(KUEUE_QUEUE_LABEL):
             # No Kueue queue manages it (dispatch sets the label for a job's queue_name): somebody suspended
             # it by hand, and nothing will resume it. Reversible, so not cancelled; named, so not a mystery.
@@ -929,25 +948,6 @@ def derive(
                 "queue manages it: it waits until spec.suspend is set back to false, or the job is cancelled",
                 "since": since,
             }
-        deactivated = _deactivation(workloads)
-        if deactivated is not None:
-            # A deactivated Workload is not requeued (Requeued is True only for Preempted and NodeFailures
-            # [Q: reconciler.go]), so the suspension is final.
-            status.queued_reason = {}
-            cause, message, ev = deactivated
-            if (
-                cause == CANCELLED
-            ):  # somebody set the Workload's spec.active to false: stopped outside dispatch
-                status.state = CANCELLED
-                status.cause = CANCELLED
-                status.message = message
-                status.evidence = ev
-                return status
-            fail(cause, message, ev)
-            return status
-        if workload_cause:
-            status.cause, ev = workload_cause
-            status.evidence = ev + status.evidence
         return status
 
     if jobset is None:
@@ -991,7 +991,7 @@ def derive(
         for f in status.identity_findings
         if not f.get("expected") and f["restart_attempt"] == restart_attempt
     ]
-    if unexpected and not workload_cause:
+    if unexpected:
         finding = unexpected[0]
         identity_ev = [
             _ev(f"Pod {_meta(trainjob).get('namespace')}/{name}", "identity", finding["why"])
@@ -1043,6 +1043,13 @@ def derive(
                 "message": "the JobSet's pods are being created",
                 "since": _meta(jobset).get("creationTimestamp"),
             }
+        note = pods_ready_note(workloads)
+        if note:
+            status.queued_reason = {
+                **status.queued_reason,
+                "kueue": "awaiting-pods-ready",
+                "message": f"{status.queued_reason.get('message', '')}; {note}".strip("; "),
+            }
     if status.state in (RUNNING, QUEUED):
         _create_failures(status, events, jobs, pods, restart_attempt, ctx, _meta(trainjob).get("namespace"))
     if status.state == QUEUED and (ctx.ran or _ran(pods.values())):
@@ -1054,9 +1061,6 @@ def derive(
             status.message += (
                 f"; {_sentence(current_failures[0], attempt)}, waiting for its Job to report the failure"
             )
-    if workload_cause and status.state == QUEUED:
-        status.cause, ev = workload_cause
-        status.evidence = ev + status.evidence
     return status
 
 
@@ -1317,65 +1321,232 @@ def _failed_job_conditions(jobs: Sequence[Mapping[str, Any]], restart_attempt: i
     return out
 
 
-def _workload_cause(workloads: Sequence[Mapping[str, Any]]) -> tuple[str, list[dict[str, Any]]] | None:
-    for wl in workloads:
-        evicted = _true(wl, "Evicted")
-        if not evicted:
-            continue
-        reason = str(evicted.get("reason", ""))
-        ev = [
-            _ev(
-                object_ref("Workload", wl),
-                "status.conditions[Evicted]",
-                f"{reason}: {evicted.get('message', '')}",
-                evicted.get("lastTransitionTime"),
-            )
-        ]
-        if reason == "Preempted":
-            return PREEMPTED, ev
-        if reason == "NodeFailures":
-            return NODE_LOST, ev
-        if "MaximumExecutionTimeExceeded" in reason:
-            return TIMEOUT, ev
-        return EVICTED, ev
-    return None
+KUEUE_MARK: Final = "kueue-deactivated"  # dispatch's annotation on a Workload it deactivated: <domain>/<this>
+_PREEMPTOR: Final = re.compile(r"\(UID: ([^,]+), JobUID: ([^)]+)\) due to ([^;]+)")
 
 
-def _deactivation(workloads: Sequence[Mapping[str, Any]]) -> tuple[str, str, list[dict[str, Any]]] | None:
-    """A Workload Kueue will not admit again: evicted as `Deactivated` (spec.active set to false by a user:
-    cancelled) or `DeactivatedDueTo<cause>` (its maximum execution time: timeout; its requeuing limit and the
-    rest: evicted for good) [Q: workload_types.go; workload/patching/patching.go `ReasonWithCause`]."""
+def kueue_mark_key(label_domain: str) -> str:
+    return f"{label_domain}/{KUEUE_MARK}"
+
+
+@dataclass(frozen=True)
+class KueueEviction:
+    cause: str
+    message: str
+    evidence: list[dict[str, Any]]
+    act: dict[str, Any] | None = None  # the deactivation the cycle must do (None: nothing left to do)
+
+
+def _eviction_cause(reason: str) -> str:
+    if reason == "Preempted":
+        return PREEMPTED
+    if reason == "NodeFailures":
+        return NODE_LOST
+    if "MaximumExecutionTimeExceeded" in reason:
+        return TIMEOUT
+    return EVICTED
+
+
+def _cond_ev(wl: Mapping[str, Any], cond: Mapping[str, Any] | None, name: str) -> list[dict[str, Any]]:
+    if not cond:
+        return []
+    return [
+        _ev(
+            object_ref("Workload", wl),
+            f"status.conditions[{name}]",
+            f"{cond.get('reason', '')}: {cond.get('message', '')}",
+            cond.get("lastTransitionTime"),
+        )
+    ]
+
+
+def _kept(cond: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if not cond:
+        return None
+    return {k: cond.get(k) for k in ("type", "status", "reason", "message", "lastTransitionTime")}
+
+
+def _eviction_message(cause: str, evicted: Mapping[str, Any], preempted: Mapping[str, Any] | None) -> str:
+    reason = str(evicted.get("reason", ""))
+    text = f"Kueue evicted the Workload ({reason}"
+    found = _PREEMPTOR.search(str((preempted or evicted).get("message", "")))
+    if cause == PREEMPTED and found:
+        how = str((preempted or {}).get("reason") or "")
+        text += f" {how}" if how else ""
+        text += f", by workload UID {found.group(1)} of job UID {found.group(2)}, due to {found.group(3)}"
+    return text + "): dispatch ended the attempt so that its ranks do not run again under the same identity"
+
+
+def _mark(wl: Mapping[str, Any], label_domain: str) -> dict[str, Any] | None:
+    raw = _m(_meta(wl).get("annotations")).get(kueue_mark_key(label_domain))
+    if not raw:
+        return None
+    try:
+        value = json.loads(str(raw))
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) and value.get("cause") else None
+
+
+def kueue_eviction(workloads: Sequence[Mapping[str, Any]], label_domain: str) -> KueueEviction | None:
+    """What a Kueue eviction of the execution's Workload means (status-facts §7, §12). Pure.
+
+    - dispatch's mark on the Workload (it deactivated it): the cause and evidence it recorded then; the
+      `Deactivated` eviction that follows is dispatch's own act, not a user's. Nothing left to do unless the
+      Workload was made active again.
+    - Evicted=True `Deactivated` without the mark: a user set spec.active=false: cancelled outside dispatch.
+    - Evicted=True `DeactivatedDueTo<cause>`: Kueue deactivated it (its maximum execution time: timeout; its
+      requeuing limit and the rest: evicted). It is inactive already.
+    - Evicted=True for any other reason (Preempted, PodsReadyTimeout, NodeFailures, ClusterQueueStopped, ...):
+      Kueue would resume the same TrainJob; the attempt ends with the cause (preempted, node-lost, evicted),
+      the Evicted and Preempted conditions as evidence, and the deactivation for the cycle to do.
+    - re-admitted after an eviction dispatch did not see (Evicted False, status.schedulingStats.evictions
+      counts one): the ranks ran again already; the attempt ends the same way."""
     for wl in workloads:
+        meta = _meta(wl)
+        active = _m(wl.get("spec")).get("active") is not False
+        act = {
+            "namespace": meta.get("namespace"),
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+            "key": kueue_mark_key(label_domain),
+        }
+        mark = _mark(wl, label_domain)
         evicted = _true(wl, "Evicted")
+        if mark is not None:
+            kept = [c for c in (mark.get("evicted"), mark.get("preempted")) if isinstance(c, Mapping)]
+            ev = [e for c in kept for e in _cond_ev(wl, c, str(c.get("type") or "Evicted"))]
+            ev += [
+                _ev(
+                    object_ref("Workload", wl),
+                    f"metadata.annotations[{kueue_mark_key(label_domain)}]",
+                    f"deactivated by dispatch at {mark.get('at', '')}",
+                )
+            ]
+            redo = {**act, "mark": mark} if active else None  # made active again: deactivate again
+            return KueueEviction(str(mark["cause"]), str(mark.get("message") or ""), ev, redo)
         reason = str((evicted or {}).get("reason", ""))
-        if not reason.startswith("Deactivated"):
-            continue
-        ev = [
-            _ev(
-                object_ref("Workload", wl),
-                "status.conditions[Evicted]",
-                f"{reason}: {(evicted or {}).get('message', '')}",
-                (evicted or {}).get("lastTransitionTime"),
-            )
-        ]
-        if reason == "Deactivated":
-            return (
+        if evicted and reason == "Deactivated":
+            return KueueEviction(
                 CANCELLED,
                 "the Kueue Workload was deactivated outside dispatch: it will not be admitted again",
-                ev,
+                _cond_ev(wl, evicted, "Evicted"),
             )
-        if "MaximumExecutionTimeExceeded" in reason:
-            return TIMEOUT, "the Kueue Workload ran past its maximum execution time", ev
-        cause = reason.removeprefix("DeactivatedDueTo")
-        return EVICTED, f"the Kueue Workload was deactivated ({cause}): it will not be admitted again", ev
+        if evicted and reason.startswith("Deactivated"):
+            cause = _eviction_cause(reason)
+            message = (
+                "the Kueue Workload ran past its maximum execution time"
+                if cause == TIMEOUT
+                else f"the Kueue Workload was deactivated ({reason.removeprefix('DeactivatedDueTo')}): "
+                "it will not be admitted again"
+            )
+            return KueueEviction(cause, message, _cond_ev(wl, evicted, "Evicted"))
+        preempted = condition(wl, "Preempted")
+        if evicted:
+            why = evicted
+        else:
+            history = [
+                _m(e)
+                for e in _l(_m(_m(wl.get("status")).get("schedulingStats")).get("evictions"))
+                if not str(_m(e).get("reason", "")).startswith("Deactivated")
+                and (_int(_m(e).get("count")) or 0)
+            ]
+            if not history:
+                continue
+            # Re-admitted: Evicted and Preempted read False "Previously: <message>".
+            why = {
+                "type": "Evicted",
+                "status": "True",
+                "reason": str(history[0].get("reason", "")),
+                "message": str((condition(wl, "Evicted") or {}).get("message", "")),
+                "lastTransitionTime": (condition(wl, "Evicted") or {}).get("lastTransitionTime"),
+            }
+        cause = _eviction_cause(str(why.get("reason", "")))
+        preempted_true = preempted if (preempted or {}).get("status") == "True" or not evicted else None
+        message = _eviction_message(cause, why, preempted_true)
+        ev = _cond_ev(wl, why, "Evicted") + _cond_ev(wl, preempted_true, "Preempted")
+        if not evicted:
+            ev.append(_ev(object_ref("Workload", wl), "status.schedulingStats.evictions", str(history[0])))
+        recorded = {
+            "cause": cause,
+            "message": message,
+            "evicted": _kept(why),
+            "preempted": _kept(preempted_true),
+        }
+        return KueueEviction(
+            cause,
+            message,
+            ev,
+            {**act, "mark": recorded} if active else None,
+        )
     return None
 
 
-def _admission_message(workloads: Sequence[Mapping[str, Any]]) -> str:
+def kueue_queued_reason(workloads: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Why the execution's Workload waits, from its conditions (status-facts §7): `awaiting-quota` (Kueue's
+    message names the resource, the flavor and how much more is needed), `inadmissible` (a missing or stopped
+    queue), `awaiting-admission-checks` (quota reserved, checks pending), `awaiting-admission` (admitted, the
+    TrainJob not resumed yet). Empty without a Workload. The queue position is added by the cycle (the
+    visibility API)."""
     for wl in workloads:
-        cond = condition(wl, "QuotaReserved")
-        if cond is not None and cond.get("status") == "False":
-            return f"awaiting admission: {cond.get('reason', '')}: {cond.get('message', '')}".strip(": ")
+        spec, st = _m(wl.get("spec")), _m(wl.get("status"))
+        where: dict[str, Any] = {
+            "namespace": _meta(wl).get("namespace"),
+            "workload": _meta(wl).get("name"),
+            "local_queue": spec.get("queueName"),
+        }
+        cluster_queue = _m(st.get("admission")).get("clusterQueue")
+        if cluster_queue:
+            where["cluster_queue"] = cluster_queue
+        reserved = condition(wl, "QuotaReserved")
+        admitted = _true(wl, "Admitted")
+        queue = f"LocalQueue {spec.get('queueName')}" if spec.get("queueName") else "its LocalQueue"
+        if admitted:
+            return {
+                **where,
+                "reason": "awaiting-admission",
+                "message": "admitted by Kueue; the TrainJob is being resumed",
+                "since": admitted.get("lastTransitionTime"),
+            }
+        if reserved is not None and reserved.get("status") == "True":
+            return {
+                **where,
+                "reason": "awaiting-admission-checks",
+                "message": f"quota reserved in {queue}; waiting for its admission checks",
+                "since": reserved.get("lastTransitionTime"),
+            }
+        reason = str((reserved or {}).get("reason", ""))
+        message = str((reserved or {}).get("message", ""))
+        if reason == "Inadmissible":
+            return {
+                **where,
+                "reason": "inadmissible",
+                "message": f"Kueue cannot admit it: {message}",
+                "since": reserved.get("lastTransitionTime") if reserved else None,
+            }
+        text = f"waiting for quota in {queue}"
+        if message:
+            text += f": {message}"
+        else:  # not evaluated yet, or equivalent to a workload found inadmissible (no condition at all)
+            text += ": Kueue has not admitted it yet"
+        return {
+            **where,
+            "reason": "awaiting-quota",
+            "message": text,
+            "since": (reserved or {}).get("lastTransitionTime") or _meta(wl).get("creationTimestamp"),
+        }
+    return {}
+
+
+def pods_ready_note(workloads: Sequence[Mapping[str, Any]]) -> str:
+    """Kueue waits for the pods to be ready (waitForPodsReady), and evicts the Workload past its timeout."""
+    for wl in workloads:
+        ready = condition(wl, "PodsReady")
+        if _true(wl, "Admitted") and ready is not None and ready.get("status") == "False":
+            return (
+                f"Kueue waits for the pods to be ready ({ready.get('reason', '')}) "
+                "and evicts the Workload past its timeout"
+            )
     return ""
 
 

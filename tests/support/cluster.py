@@ -187,14 +187,18 @@ class KueueQueue:
 @pytest.fixture(scope="module")
 def kueue(kubeconfig: str) -> Iterator[None]:
     """Kueue runs for this module's tests (see the module docstring)."""
+    from cluster.kueue import presence  # what this process remembers of Kueue being installed or not
+
     if KUEUE_EVERYWHERE:
         yield
         return
     _cluster_or_fail("up", "--kueue")
+    presence.forget()
     try:
         yield
     finally:
         _cluster_or_fail("down", "--kueue")
+        presence.forget()
 
 
 @pytest.fixture

@@ -155,7 +155,11 @@ def test_a_queued_job_carries_its_queue_and_priority_waits_suspended_then_runs_a
     success. dispatch sent no runtimePatch: the only one is Kueue's own."""
     ns = kueue_queue.namespace
     _site(kueue_priority_classes={ns: ["dispatch-high"]})
-    holder = queued_trainjob(kube, kueue_queue, "holder", env={"KWOK_STAY_RUNNING": "1"}, gpus=True)
+    # The holder has the same priority: a lower one would be preempted by the job (withinClusterQueue:
+    # LowerPriority), and the job would not wait.
+    holder = queued_trainjob(
+        kube, kueue_queue, "holder", env={"KWOK_STAY_RUNNING": "1"}, priority="dispatch-high", gpus=True
+    )
     wait_workload(kube, holder, admitted, "the holder admitted")
 
     body = _body(
@@ -190,7 +194,7 @@ def test_a_queued_job_carries_its_queue_and_priority_waits_suspended_then_runs_a
         lambda d: d["state"] == "queued" and bool(d["queued_reason"]),
         what="supervision to say why the job waits",
     )
-    assert waiting["queued_reason"]["reason"] == "awaiting-admission", waiting["queued_reason"]
+    assert waiting["queued_reason"]["reason"] == "awaiting-quota", waiting["queued_reason"]
     assert _trainjob(kube, ns, f"{job_id}-1")["spec"]["suspend"] is True
 
     kube.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", "holder")

@@ -144,11 +144,11 @@ CASES = [
     ),
     # Kubelet critical-pod preemption (status.reason Preempting, TerminationByKubelet): 137 is the kill.
     Case("preempted-kubelet-critical-pod.yaml", st.FAILED, st.PREEMPTED, rank=0),
-    # Kueue preemption: no pod condition, pods deleted, TrainJob suspended: requeued, neither terminal nor
-    # cancelled.
+    # Kueue preemption: no pod condition, pods deleted, TrainJob suspended. Kueue would resume the same
+    # TrainJob (same identity): the attempt ends preempted (status-facts §12), the cycle deactivates.
     Case(
         "kueue-preempted.yaml",
-        st.QUEUED,
+        st.FAILED,
         st.PREEMPTED,
         evidence=[(f"Workload {NS}/trainjob-{TJ}-3f9a1", "Preempted to accommodate a workload")],
     ),
@@ -356,7 +356,7 @@ def test_the_no_capacity_threshold_is_a_setting() -> None:
 def test_awaiting_admission_is_queued_with_kueues_message() -> None:
     status = run("awaiting-admission.yaml")
     assert (status.state, status.cause) == (st.QUEUED, None)
-    assert status.queued_reason["reason"] == "awaiting-admission"
+    assert status.queued_reason["reason"] == "awaiting-quota"
     assert "insufficient unused quota for nvidia.com/gpu" in status.queued_reason["message"]
 
 

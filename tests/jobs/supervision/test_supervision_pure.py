@@ -352,8 +352,9 @@ def test_a_kueue_workload_counts_when_the_trainjob_owns_it() -> None:
     with_ours = derive_all(
         StaticIndex([*objects, ours], ["dispatch.dev"]), watched, now=now, thresholds=Thresholds()
     )
-    assert (with_ours[(JOB, 1)].state, with_ours[(JOB, 1)].cause) == ("queued", "preempted")
+    assert (with_ours[(JOB, 1)].state, with_ours[(JOB, 1)].cause) == ("failed", "preempted")
+    assert (with_ours[(JOB, 1)].deactivate or {})["uid"] == "wl-1"
     only_theirs = derive_all(
         StaticIndex([*objects, theirs], ["dispatch.dev"]), watched, now=now, thresholds=Thresholds()
     )
-    assert only_theirs[(JOB, 1)].cause is None
+    assert only_theirs[(JOB, 1)].cause is None and only_theirs[(JOB, 1)].deactivate is None

@@ -24,6 +24,7 @@ from django.contrib.auth.models import User
 from kubernetes import client
 
 from cluster import gateway
+from cluster import kueue as cluster_kueue
 from cluster.errors import Expired
 from cluster.informer import Informer
 from jobs.models import Execution, Job, JobEvent, JobState, SupervisorCycle
@@ -241,7 +242,8 @@ def test_finished_executions_leave_the_cache_and_an_idle_namespace_is_not_watche
         )
         assert source.named("TrainJob", namespace, f"{long}-1")
         assert len(source.labelled("Pod", "dispatch.dev", long, 1)) == 2
-        assert source.active() == 1 and source.informer_count() == 5
+        # TrainJobs, JobSets, Jobs, Pods, Events; and Workloads where Kueue's CRDs are served.
+        assert source.active() == 1 and source.informer_count() == 5 + int(cluster_kueue.installed())
         response = api(token).post(f"/api/v1/jobs/{long}/cancel")
         assert response.status_code in (200, 202), response.json()
         wait_for(lambda: source.active() == 0, timeout=30, what="nothing tracked")
@@ -321,6 +323,7 @@ READS = {
     ("batch", "jobs"),
     ("", "pods"),
     ("", "events"),
+    ("kueue.x-k8s.io", "workloads"),  # listed once Kueue's CRDs are served (deploy/rbac grants it)
 }
 
 

@@ -1,0 +1,493 @@
+"""Supervision through Kueue v0.19.2 on the local control plane, the user's way: POST /api/v1/jobs (the submit
+task runs on commit), supervision cycles (the beat's code: jobs.supervision.cycle), GET /api/v1/jobs/{id}.
+
+Each test's namespace has a LocalQueue `dispatch` on a ClusterQueue of its own (cpu 4, memory 16Gi,
+nvidia.com/gpu 2: the fixture `kueue_queue`), so a job asking nvidia.com/gpu 1 per node on dispatch-kind
+(2 nodes) takes the whole GPU quota and a second one waits. What Kueue does is checked with the test's own
+client (tests.support.kueue: its Recorder watches the namespace's pods), never with dispatch's records.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client, TestCase
+from kubernetes.client.rest import ApiException
+from rest_framework.test import APIClient
+
+from cluster import kueue as cluster_kueue
+from jobs.models import Execution, Job
+from jobs.supervision import cycle
+from runtimes.models import AllowListEntry, SiteSettings
+from tests.jobs.supervision.support import supervise_until, wait_job
+from tests.jobs.supervision.test_watches import watching
+from tests.support.cluster import Kube, KueueQueue
+from tests.support.dispatch import GROUP, VERSION
+from tests.support.kueue import (
+    KUEUE,
+    ONE_GPU_PER_NODE,
+    Recorder,
+    conditions_summary,
+    is_true,
+    pending_workloads,
+    queued_trainjob,
+    wait_for,
+    wait_workload,
+    workload_of,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db]
+
+MARK = "dispatch.dev/kueue-deactivated"
+
+
+def _api(token: str) -> APIClient:
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return api
+
+
+def _body(queue: KueueQueue, **extra: Any) -> dict[str, Any]:
+    return {
+        "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+        "namespace": queue.namespace,
+        "image": "localhost/trainer:v1",
+        "queue_name": queue.name,
+        "resources_per_node": ONE_GPU_PER_NODE,
+    } | extra
+
+
+@pytest.fixture(autouse=True)
+def _dispatch_kind_allowed(db: None) -> None:
+    AllowListEntry.objects.get_or_create(kind="ClusterTrainingRuntime", name="dispatch-kind", for_jobs=True)
+
+
+def _allow_priorities(namespace: str) -> None:
+    site = SiteSettings.load()
+    site.kueue_priority_classes = {namespace: ["dispatch-low", "dispatch-high"]}
+    site.save()
+
+
+def _submit(token: str, body: dict[str, Any], capture: Any) -> str:
+    with capture(execute=True):
+        response = _api(token).post("/api/v1/jobs", body, format="json")
+    assert response.status_code == 202, response.json()
+    job_id: str = response.json()["id"]
+    return job_id
+
+
+def _trainjob(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = kube.custom.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "trainjobs", name
+    )
+    return obj
+
+
+def _get(token: str, job_id: str) -> dict[str, Any]:
+    response = _api(token).get(f"/api/v1/jobs/{job_id}")
+    assert response.status_code == 200
+    data: dict[str, Any] = response.json()
+    return data
+
+
+def _admitted(wl: dict[str, Any]) -> bool:
+    return is_true(wl, "QuotaReserved") and is_true(wl, "Admitted")
+
+
+def _pods_of_attempt(recorder: Recorder, job_id: str, attempt: int) -> dict[str, dict[str, Any]]:
+    """Every pod of (job, attempt) the test's own watch saw, by UID (its last state)."""
+    found: dict[str, dict[str, Any]] = {}
+    for observed in recorder.of("Pod"):
+        labels = observed.obj["metadata"].get("labels") or {}
+        if labels.get("dispatch.dev/job") == job_id and labels.get("dispatch.dev/attempt") == str(attempt):
+            found[observed.obj["metadata"]["uid"]] = observed.obj
+    return found
+
+
+def _ran(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") == "Running"
+
+
+def _cycles_held(held: list[Callable[[], Any]]) -> None:
+    """One supervision cycle whose on-commit work (delete a TrainJob, submit A+1) is held back, as when the
+    worker that would run it is busy: the held callbacks run later, in order."""
+    with TestCase.captureOnCommitCallbacks(execute=False) as callbacks:
+        cycle.supervise()
+    held.extend(callbacks)
+
+
+# ---------------------------------------------------------------- queueing
+
+
+def test_second_job_is_queued_for_quota_at_position_1_then_starts_when_the_first_ends(
+    kube: Kube,
+    kueue_queue: KueueQueue,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three jobs that each need the ClusterQueue's two GPUs: the second and third are `queued` with Kueue's
+    quota reason and positions 1 and 2 in their LocalQueue (the visibility API, read once per LocalQueue
+    and cycle however many jobs wait in it: counted by a spy that calls through); the job page shows the
+    position; once the first is cancelled, Kueue admits the second and it runs."""
+    token = submitter[1]
+    calls: list[tuple[str, str]] = []
+    real = cluster_kueue.pending_workloads
+
+    def spy(namespace: str, local_queue: str) -> Any:
+        calls.append((namespace, local_queue))
+        return real(namespace, local_queue)
+
+    monkeypatch.setattr(cluster_kueue, "pending_workloads", spy)
+    first = _submit(
+        token, _body(kueue_queue, env={"KWOK_STAY_RUNNING": "1"}), django_capture_on_commit_callbacks
+    )
+    supervise_until(token, first, lambda d: d["state"] == "running", what="the first job running")
+    second = _submit(
+        token, _body(kueue_queue, env={"KWOK_RUN_DURATION": "2s"}), django_capture_on_commit_callbacks
+    )
+    third = _submit(
+        token, _body(kueue_queue, env={"KWOK_RUN_DURATION": "2s"}), django_capture_on_commit_callbacks
+    )
+    supervise_until(
+        token,
+        third,
+        lambda d: (d["queued_reason"] or {}).get("position") == 2,
+        what="the third job queued at position 2",
+    )
+    waiting = _get(token, second)
+    reason = waiting["queued_reason"]
+    assert waiting["state"] == "queued" and reason["reason"] == "awaiting-quota", reason
+    assert reason["position"] == 1 and reason["local_queue"] == kueue_queue.name, reason
+    assert "insufficient unused quota for nvidia.com/gpu in flavor dispatch-kwok" in reason["message"], reason
+    calls.clear()
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        cycle.supervise()
+    assert calls == [(kueue_queue.namespace, kueue_queue.name)], calls  # two jobs waiting, one call
+    # The job page shows it too.
+    page = Client()
+    page.force_login(submitter[0])
+    html = page.get(f"/jobs/{second}/").content.decode()
+    assert f"LocalQueue <code>{kueue_queue.name}</code>" in html and "position 1" in html, html[:2000]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        cancelled = _api(token).post(f"/api/v1/jobs/{first}/cancel")
+    assert cancelled.status_code in (200, 202), cancelled.content
+    done = supervise_until(
+        token,
+        second,
+        lambda d: d["state"] == "succeeded",
+        timeout=120,
+        what="the second job ran and succeeded",
+    )
+    assert done["cause"] == ""
+
+
+# ---------------------------------------------------------------- preemption ends the attempt
+
+
+def test_kueue_preemption_ends_attempt_1_for_good_and_attempt_2_runs_as_a_new_trainjob(
+    kube: Kube,
+    kueue_queue: KueueQueue,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """A low-priority job runs; a high-priority TrainJob arrives in the same ClusterQueue and Kueue preempts
+    the low one. Supervision deactivates attempt 1's Workload with dispatch's mark and records `preempted`
+    with the Workload's Evicted and Preempted conditions as evidence. The worker that deletes attempt 1's
+    TrainJob is held back (its on-commit work waits) until the high job is done and Kueue has admitted
+    another workload in its place: without the deactivation Kueue would re-admit attempt 1 first (priority
+    100 over 0) and resume the SAME TrainJob, so new pods of attempt 1 would run; the test's own pod watch
+    proves none did. Then attempt 2 runs as a new TrainJob whose pods carry DISPATCH_ATTEMPT=2."""
+    ns = kueue_queue.namespace
+    token = submitter[1]
+    _allow_priorities(ns)
+    recorder = Recorder(kube, ns).start()
+    held: list[Callable[[], Any]] = []
+    try:
+        body = _body(
+            kueue_queue,
+            priority_class="dispatch-low",
+            env={"KWOK_STAY_RUNNING": "1"},
+            recovery_policy={"retry": {"preempted": 1}, "backoff_seconds": {"preempted": 0}},
+        )
+        job_id = _submit(token, body, django_capture_on_commit_callbacks)
+        supervise_until(token, job_id, lambda d: d["state"] == "running", what="the low job running")
+        first = _trainjob(kube, ns, f"{job_id}-1")
+        first_pods = set(_pods_of_attempt(recorder, job_id, 1))
+        assert len(first_pods) == 2, first_pods
+
+        high = queued_trainjob(
+            kube, kueue_queue, "high", env={"KWOK_RUN_DURATION": "3s"}, priority="dispatch-high", gpus=True
+        )
+        wait_workload(kube, first, lambda w: is_true(w, "Evicted", "Preempted"), "attempt 1 preempted")
+
+        def attempt_1_ended() -> bool:
+            _cycles_held(held)
+            return Execution.objects.get(job_id=job_id, attempt=1).state == "failed"
+
+        wait_for("attempt 1 failed (its delete held back)", attempt_1_ended, timeout=60)
+        execution = Execution.objects.get(job_id=job_id, attempt=1)
+        assert execution.cause == "preempted", (execution.cause, execution.message)
+        fields = {(e["field"], e["value"].split(":")[0]) for e in execution.evidence}
+        assert ("status.conditions[Evicted]", "Preempted") in fields, execution.evidence
+        assert ("status.conditions[Preempted]", "InClusterQueue") in fields, execution.evidence
+        assert "due to prioritization in the ClusterQueue" in execution.message, execution.message
+        high_wl = workload_of(kube, high) or {}
+        assert f"by workload UID {high_wl['metadata']['uid']}" in execution.message, execution.message
+
+        # The high job finishes; a canary (no priority) takes the quota for a second. Then Kueue has had
+        # its chance: attempt 1 is neither admitted nor waiting in the LocalQueue (the visibility API), or,
+        # without the deactivation, it is re-admitted and its pods run again (a requeued Workload may wait
+        # out a backoff first, so the canary alone proves nothing).
+        wait_workload(kube, high, lambda w: is_true(w, "Finished", "Succeeded"), "high finished", timeout=60)
+        canary = queued_trainjob(kube, kueue_queue, "canary", env={"KWOK_RUN_DURATION": "1s"}, gpus=True)
+        first_wl = (workload_of(kube, first) or {})["metadata"]["name"]
+
+        def rerun_seen() -> bool:
+            return bool(set(_pods_of_attempt(recorder, job_id, 1)) - first_pods)
+
+        wait_for(
+            "the canary done (or attempt 1 re-admitted)",
+            lambda: rerun_seen() or is_true(workload_of(kube, canary) or {}, "Finished", "Succeeded"),
+            timeout=60,
+        )
+
+        def settled() -> bool:
+            if rerun_seen():
+                return True
+            pending = {i["metadata"]["name"] for i in pending_workloads(kube, kueue_queue).get("items") or []}
+            return first_wl not in pending and not _admitted(workload_of(kube, first) or {})
+
+        wait_for("attempt 1 out of Kueue's queue (or re-admitted)", settled, timeout=60)
+        rerun = {
+            uid: pod for uid, pod in _pods_of_attempt(recorder, job_id, 1).items() if uid not in first_pods
+        }
+        assert rerun == {}, f"attempt 1 ran again under the same identity: {sorted(rerun)}"
+
+        # attempt 1's Workload: deactivated by dispatch, its mark says why (the TrainJob still exists: the
+        # worker that deletes it is held back).
+        wl = wait_workload(kube, first, lambda w: w["spec"].get("active") is False, "deactivated")
+        mark = json.loads(wl["metadata"]["annotations"][MARK])
+        assert mark["cause"] == "preempted" and mark["evicted"]["reason"] == "Preempted", mark
+        # (Kueue leaves Evicted=True Preempted on a Workload evicted already; on one still admitted it writes
+        # Evicted=True Deactivated: either way the mark makes it dispatch's own act, not a user's.)
+        # A supervisor reading it now sees dispatch's own deactivation: still preempted.
+        for _ in range(2):
+            _cycles_held(held)
+        assert Job.objects.get(pk=job_id).executions.get(attempt=1).cause == "preempted"
+
+        # The worker catches up: attempt 1's TrainJob is deleted, attempt 2 is a new TrainJob.
+        for callback in held:
+            callback()
+        held.clear()
+        done = supervise_until(
+            token,
+            job_id,
+            lambda d: d["current_attempt"] == 2 and d["state"] == "running",
+            timeout=120,
+            what="attempt 2 running",
+        )
+        assert done["executions"][0]["cause"] == "preempted", done["executions"]
+        second = _trainjob(kube, ns, f"{job_id}-2")
+        assert second["metadata"]["uid"] != first["metadata"]["uid"]
+        pods_2 = wait_for(
+            "attempt 2's pods seen running",
+            lambda: [p for p in _pods_of_attempt(recorder, job_id, 2).values() if _ran(p)],
+        )
+        for pod in pods_2:
+            env = {e["name"]: e.get("value") for c in pod["spec"]["containers"] for e in c.get("env") or []}
+            assert env.get("DISPATCH_ATTEMPT") == "2", env
+        again = set(_pods_of_attempt(recorder, job_id, 1)) - first_pods
+        assert again == set(), f"attempt 1 ran again: {sorted(again)}"
+    finally:
+        for callback in held:
+            callback()
+        recorder.stop()
+
+
+# ---------------------------------------------------------------- deactivation and PodsReady timeout
+
+
+def test_a_workload_a_user_deactivates_cancels_the_job_outside_dispatch(
+    kube: Kube,
+    kueue_queue: KueueQueue,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    ns = kueue_queue.namespace
+    token = submitter[1]
+    job_id = _submit(
+        token, _body(kueue_queue, env={"KWOK_STAY_RUNNING": "1"}), django_capture_on_commit_callbacks
+    )
+    supervise_until(token, job_id, lambda d: d["state"] == "running", what="running")
+    trainjob = _trainjob(kube, ns, f"{job_id}-1")
+    wl = workload_of(kube, trainjob) or {}
+    kube.custom.patch_namespaced_custom_object(
+        *KUEUE, ns, "workloads", wl["metadata"]["name"], {"spec": {"active": False}}
+    )
+    done = supervise_until(token, job_id, lambda d: d["state"] == "cancelled", what="cancelled")
+    assert done["cause"] == "cancelled"
+    assert "deactivated outside dispatch" in done["message"], done["message"]
+    assert any("Deactivated" in str(e["value"]) for e in done["evidence"]), done["evidence"]
+    assert MARK not in ((workload_of(kube, trainjob) or {}).get("metadata", {}).get("annotations") or {})
+
+
+@pytest.mark.parametrize("path", ["beat", "watch"])
+@pytest.mark.django_db(transaction=True)
+def test_a_pods_ready_timeout_ends_the_attempt_evicted(
+    path: str,
+    kube: Kube,
+    kueue_queue: KueueQueue,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Pods that never get Ready (KWOK_IMAGE_PULL_ERROR: Pending in ErrImagePull): Kueue evicts the Workload
+    PodsReadyTimeout after the plane's 15 s (scripts/cluster sets waitForPodsReady.timeout), well before
+    dispatch's own image-pull threshold; dispatch records `evicted` with that evidence, deactivates the
+    Workload and deletes the TrainJob (a policy without retries). Through the beat's cycle and through
+    `manage.py supervise` (its informers watch the namespace's Workloads)."""
+    ns = kueue_queue.namespace
+    token = submitter[1]
+    body = _body(kueue_queue, env={"KWOK_IMAGE_PULL_ERROR": "1"}, recovery_policy={"retry": {"evicted": 0}})
+    job_id = _submit(token, body, django_capture_on_commit_callbacks)
+    trainjob = _trainjob(kube, ns, f"{job_id}-1")
+    recorder = Recorder(kube, ns).start()
+    try:
+        if path == "beat":
+            done = supervise_until(token, job_id, lambda d: d["state"] == "failed", timeout=90, what="failed")
+        else:
+            with watching(interval=0.5):
+                wait_job(job_id, lambda j: j.state == "failed", timeout=90, what="failed")
+            done = _get(token, job_id)
+    finally:
+        recorder.stop()
+    assert done["cause"] == "evicted", (done["cause"], done["message"])
+    assert any(str(e["value"]).startswith("PodsReadyTimeout") for e in done["evidence"]), done["evidence"]
+    # dispatch deactivated the Workload with its mark before deleting the TrainJob (the watch's last view).
+    seen = [o.obj for o in recorder.of("Workload") if o.obj["metadata"]["name"] == workload_name(trainjob)]
+    marked = [w for w in seen if MARK in (w["metadata"].get("annotations") or {})]
+    assert marked and marked[-1]["spec"]["active"] is False, [conditions_summary(w) for w in seen]
+    assert json.loads(marked[-1]["metadata"]["annotations"][MARK])["cause"] == "evicted"
+    wait_for("the TrainJob deleted", lambda: not _exists(kube, ns, f"{job_id}-1"), timeout=30)
+
+
+def workload_name(trainjob: dict[str, Any]) -> str:
+    from tests.support.kueue import workload_name as name
+
+    return name(trainjob["metadata"]["name"], trainjob["metadata"]["uid"])
+
+
+def _exists(kube: Kube, namespace: str, name: str) -> bool:
+    try:
+        _trainjob(kube, namespace, name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+# ---------------------------------------------------------------- the deactivation itself
+
+
+def test_deactivation_is_a_compare_and_set_that_rereads_after_a_conflict_and_is_idempotent(
+    kube: Kube, dispatch_on_cluster: str, kueue_queue: KueueQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cluster.kueue.deactivate_workload against the real API server. Between its read and its patch another
+    writer changes the Workload (the test's own client adds an annotation, as Kueue's status writes do
+    around an eviction): the patch, conditioned on the resourceVersion it read, is refused 409; it reads
+    again and patches again, keeping the other writer's change. A second call (a second supervisor) finds
+    it inactive and writes nothing; a Workload of another UID under that name is left alone."""
+    from cluster import gateway
+
+    ns = kueue_queue.namespace
+    tj = queued_trainjob(kube, kueue_queue, "victim", env={"KWOK_STAY_RUNNING": "1"}, gpus=True)
+    wl = wait_workload(kube, tj, _admitted, "admitted")
+    name, uid = wl["metadata"]["name"], wl["metadata"]["uid"]
+    verbs: list[str] = []
+    real = gateway.call_api
+
+    def interleaved(what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        verb = fn.__name__.split("_")[0]
+        try:
+            result = real(what, fn, *args, **kwargs)
+        except Exception as exc:
+            verbs.append(f"{verb}:{type(exc).__name__}")
+            raise
+        verbs.append(verb)
+        if verbs == ["get"]:  # the other writer, between dispatch's read and its patch
+            kube.custom.patch_namespaced_custom_object(
+                *KUEUE, ns, "workloads", name, {"metadata": {"annotations": {"test.example/other": "1"}}}
+            )
+        return result
+
+    monkeypatch.setattr(gateway, "call_api", interleaved)
+    mark = {"dispatch.dev/kueue-deactivated": json.dumps({"cause": "preempted"})}
+    outcome = cluster_kueue.deactivate_workload(namespace=ns, name=name, uid=uid, annotations=mark)
+    assert outcome == cluster_kueue.DEACTIVATED
+    assert verbs == ["get", "patch:Conflict", "get", "patch"], verbs
+    now = workload_of(kube, tj) or {}
+    assert now["spec"]["active"] is False
+    notes = now["metadata"]["annotations"]
+    assert notes["test.example/other"] == "1" and json.loads(notes[MARK]) == {"cause": "preempted"}
+
+    verbs.clear()
+    again = cluster_kueue.deactivate_workload(namespace=ns, name=name, uid=uid, annotations=mark)
+    assert (again, verbs) == (cluster_kueue.ALREADY, ["get"])
+    verbs.clear()
+    other = cluster_kueue.deactivate_workload(namespace=ns, name=name, uid="another-uid", annotations=mark)
+    assert (other, verbs) == (cluster_kueue.GONE, ["get"])
+
+
+# ---------------------------------------------------------------- without Kueue
+
+
+def test_without_kueue_the_workload_list_is_one_404_remembered_and_supervision_goes_on(
+    kube: Kube,
+    namespace: str,
+    dispatch_on_cluster: str,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cluster whose API server does not serve the Workloads' group (here: the Resource pointed at a group
+    no API server serves, since this plane may have Kueue's CRDs): the first cycle's list answers 404, the
+    job is supervised as before with no warning and no error, and the next cycles list no Workloads at all
+    (the answer is remembered for a minute)."""
+    from cluster import gateway
+
+    monkeypatch.setattr(
+        gateway, "WORKLOADS", gateway.Resource("Workload", "absent.dispatch.test", "v1beta2", "workloads")
+    )
+    cluster_kueue.presence.forget()
+    listed: list[str] = []
+    real = gateway.list_objects
+
+    def spy(resource: Any, ns: Any, **kwargs: Any) -> Any:
+        if resource.kind == "Workload":
+            listed.append(str(ns))
+        return real(resource, ns, **kwargs)
+
+    monkeypatch.setattr(gateway, "list_objects", spy)
+    token = submitter[1]
+    body = {
+        "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+        "namespace": namespace,
+        "image": "localhost/trainer:v1",
+        "env": {"KWOK_STAY_RUNNING": "1"},
+    }
+    try:
+        job_id = _submit(token, body, django_capture_on_commit_callbacks)
+        data = supervise_until(token, job_id, lambda d: d["state"] == "running", what="running")
+        assert not data.get("supervision_warnings"), data["supervision_warnings"]
+        for _ in range(3):
+            report = cycle.supervise()
+            assert report.ran and report.error == "", report.error
+        assert listed == [namespace], listed  # one 404, remembered
+    finally:
+        cluster_kueue.presence.forget()
