@@ -19,6 +19,13 @@ POD_NAME_LIMIT: Final = 63
 # The prefix of the labels dispatch puts on what it creates, unless the platform sets another (SiteSettings).
 # The label by which a TrainJob names its Kueue LocalQueue (a job's queue_name).
 KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+KUEUE_MARK: Final = "kueue-deactivated"  # dispatch's annotation on a Workload it deactivated: <domain>/<this>
+
+
+def kueue_mark_key(label_domain: str) -> str:
+    return f"{label_domain}/{KUEUE_MARK}"
+
+
 # The label by which a TrainJob names its Kueue WorkloadPriorityClass (a job's priority_class).
 KUEUE_PRIORITY_LABEL: Final = "kueue.x-k8s.io/priority-class"
 JOB_ID_PREFIX: Final = "j"

@@ -3,20 +3,23 @@ its runtime copy), and the sweep enqueues that task again until the objects are 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from contextlib import suppress
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from cluster import gateway
-from cluster.errors import ClusterError
+from cluster import gateway, kueue
+from cluster.errors import ClusterError, Conflict, Rejected
 from dispatch_site.audit import audit_record
 from dispatch_site.causes import Cause
 from jobs import enqueue
 from jobs.logtail import execution_log_keep
 from jobs.models import ACTIVE_STATES, Execution, Job, JobState
+from jobs.naming import KUEUE_QUEUE_LABEL, kueue_mark_key
 from jobs.objects import TRAINING_RUNTIME, TRAINJOB, is_ours
 from jobs.submission.claim import job_event, job_transition, start_may_still_create
 from jobs.submission.errors import JobNotCancellable, TransientSubmitError
@@ -45,13 +48,16 @@ def execution_objects_delete(job: Job, execution: Execution, *, retry_transient:
     unannotated_ok = fresh.submitted_at is not None
     if fresh.state == JobState.FAILED and fresh.objects_removed_at is None:
         execution_log_keep(job=job, execution=fresh)  # the failing rank's log goes with its pod
+    requested = fresh.delete_requested_at
+    waited = (timezone.now() - requested).total_seconds() if requested else 0.0
+    stop_since = time.monotonic() - max(waited, 0.0)
     try:
-        left = _delete_pass(job, name, unannotated_ok)
+        left = _delete_pass(job, name, unannotated_ok, stop_since)
         for wait in GONE_WAITS:  # a deleted TrainJob goes at once; the garbage collector takes its copy
             if not left:
                 break
             time.sleep(wait)
-            left = _delete_pass(job, name, unannotated_ok)
+            left = _delete_pass(job, name, unannotated_ok, stop_since)
     except ClusterError as exc:
         logger.warning("could not delete the objects of %s/%s: %s", job.namespace, name, exc)
         if exc.transient and retry_transient:
@@ -73,15 +79,33 @@ def execution_objects_delete(job: Job, execution: Execution, *, retry_transient:
 GONE_WAITS = (0.1, 0.2, 0.4, 0.8)
 
 
-def _delete_pass(job: Job, name: str, unannotated_ok: bool) -> list[str]:
-    """Delete what is left of ours under `name`; the kinds still there (being deleted, or just deleted)."""
+# How long the delete waits for the Trainer to show a TrainJob stopped before it deletes it anyway (the
+# Trainer is down, say: then nothing can rebuild the JobSet either).
+STOP_WAIT_SECONDS = 30.0
+
+
+def _delete_pass(job: Job, name: str, unannotated_ok: bool, stop_since: float | None = None) -> list[str]:
+    """Delete what is left of ours under `name`; the kinds still there (being deleted, or just deleted).
+    A TrainJob is stopped first (_stop) and deleted once the Trainer shows it stopped."""
     trainjob = gateway.get_namespaced(TRAINJOB, job.namespace, name)
     if trainjob is not None and not is_ours(
         trainjob, job.label_domain, job.id, unannotated_ok=unannotated_ok
     ):
         trainjob = None  # somebody else's object under our name: not ours to delete, nor to wait for
     if trainjob is not None and not _deleting(trainjob):
-        gateway.delete_namespaced(TRAINJOB, job.namespace, name)
+        waited = time.monotonic() - stop_since if stop_since is not None else STOP_WAIT_SECONDS
+        stop_now = _stopped(trainjob) or waited >= STOP_WAIT_SECONDS
+        if not stop_now:
+            try:
+                _stop(job, trainjob)
+            except Rejected as exc:
+                # Refused (the Trainer's webhook denies any update once the TrainJob's runtime is gone: then
+                # it cannot rebuild the JobSet either): delete it as it is.
+                logger.info("could not stop %s/%s before deleting it: %s", job.namespace, name, exc)
+                stop_now = True
+        if stop_now:
+            with suppress(Conflict):  # another object took the name since the read: not ours
+                gateway.delete_namespaced(TRAINJOB, job.namespace, name, uid=_uid(trainjob))
     copy = gateway.get_namespaced(TRAINING_RUNTIME, job.namespace, name)
     if copy is not None and not is_ours(copy, job.label_domain, job.id, unannotated_ok=unannotated_ok):
         copy = None
@@ -95,6 +119,50 @@ def _delete_pass(job: Job, name: str, unannotated_ok: bool) -> list[str]:
 
 def _deleting(obj: dict[str, Any]) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _uid(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
+
+
+def _condition(obj: dict[str, Any], kind: str) -> bool:
+    return any(
+        c.get("type") == kind and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
+
+
+def _stopped(trainjob: dict[str, Any]) -> bool:
+    """Safe to delete: nothing can run its ranks again. Trainer v2.3.0 rebuilds the JobSet of any TrainJob
+    that has not completed when the JobSet goes (status-facts §12), and a background delete removes the JobSet
+    while the Trainer's cache may still hold the TrainJob: seen in chaos, both ranks of a failed attempt ran
+    again for 30 ms under the same identity. A TrainJob the Trainer shows suspended (spec.suspend and its
+    Suspended condition) rebuilds a suspended JobSet, whose Jobs make no pod."""
+    if _condition(trainjob, "Complete"):
+        return True
+    return (trainjob.get("spec") or {}).get("suspend") is True and _condition(trainjob, "Suspended")
+
+
+def _stop(job: Job, trainjob: dict[str, Any]) -> None:
+    """Ask for the TrainJob to stop (idempotent). Under Kueue, which owns spec.suspend (it would resume an
+    admitted job a user suspended), by deactivating its Workload with dispatch's mark: Kueue then suspends
+    the TrainJob itself and never admits it again."""
+    meta = trainjob.get("metadata") or {}
+    namespace, name = job.namespace, str(meta.get("name"))
+    if (meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL):
+        for workload in kueue.list_workloads(namespace) or []:
+            owners = (workload.get("metadata") or {}).get("ownerReferences") or []
+            if any(ref.get("uid") == _uid(trainjob) for ref in owners):
+                mark = {"cause": "cancelled", "at": timezone.now().isoformat(), "by": "dispatch"}
+                kueue.deactivate_workload(
+                    namespace=namespace,
+                    name=str(workload["metadata"]["name"]),
+                    uid=_uid(workload),
+                    annotations={kueue_mark_key(job.label_domain): json.dumps(mark, sort_keys=True)},
+                )
+        return
+    if (trainjob.get("spec") or {}).get("suspend") is not True:
+        gateway.patch_namespaced(TRAINJOB, namespace, name, {"spec": {"suspend": True}})
 
 
 def job_cancel(*, actor: Any, job: Job) -> Job:

@@ -32,11 +32,11 @@ from django.utils import timezone
 from cluster import gateway, kueue
 from cluster.informer import DELETED, Informer, uid_of
 from jobs.models import Execution, JobState, PodTombstone
-from jobs.naming import trainjob_name_prefix
+from jobs.naming import KUEUE_MARK, trainjob_name_prefix
 from jobs.supervision.apply import SUPERVISED
 from jobs.supervision.cycle import LABELLED, Observation, is_dispatch_event
 from jobs.supervision.grouping import EVENT, POD, WORKLOAD, involved, label_key, owner_uids
-from jobs.supervision.status import KUEUE_MARK, DerivedStatus
+from jobs.supervision.status import DerivedStatus
 from runtimes.models import SiteSettings
 
 logger = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from dispatch_site.names import DEFAULT_LABEL_DOMAIN
-from jobs.naming import KUEUE_QUEUE_LABEL
+from jobs.naming import KUEUE_QUEUE_LABEL, kueue_mark_key
 from jobs.waits import Thresholds, parse_time
 
 # States and causes as strings (the values of jobs.models.JobState / Cause; this module imports no Django).
@@ -1321,12 +1321,7 @@ def _failed_job_conditions(jobs: Sequence[Mapping[str, Any]], restart_attempt: i
     return out
 
 
-KUEUE_MARK: Final = "kueue-deactivated"  # dispatch's annotation on a Workload it deactivated: <domain>/<this>
 _PREEMPTOR: Final = re.compile(r"\(UID: ([^,]+), JobUID: ([^)]+)\) due to ([^;]+)")
-
-
-def kueue_mark_key(label_domain: str) -> str:
-    return f"{label_domain}/{KUEUE_MARK}"
 
 
 @dataclass(frozen=True)

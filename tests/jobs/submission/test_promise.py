@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -464,3 +465,98 @@ def test_a_delivery_that_outlived_its_lease_creates_nothing_beside_attempt_2(
     # comes back.
     assert set(_all_names(kube, namespace, "trainjobs")) <= {f"{job_id}-2"}
     assert Job.objects.get(pk=job_id).current_attempt == 2
+
+
+# ------------------------------------------------------------------------------- a JobSet rebuilt at delete
+
+
+def test_the_jobset_the_trainer_rebuilds_during_the_delete_runs_no_rank_again(
+    kube: Any,
+    namespace: str,
+    submitter: tuple[User, str],
+    namespaced_runtime: Callable[..., Any],
+    held_submits: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Trainer v2.3.0 rebuilds the JobSet of a TrainJob that has not completed whenever the JobSet goes
+    (status-facts §12). A background delete of the TrainJob lets the garbage collector remove the JobSet
+    while the Trainer's cache may still hold the TrainJob: seen in a chaos run, the Trainer rebuilt the
+    JobSet of a failed attempt and both ranks ran again for 30 ms under the same identity (the identity
+    observer caught it). Here the interleaving is made certain: right before dispatch's delete of the
+    TrainJob, the test deletes the JobSet and waits until the real Trainer has rebuilt it from the
+    TrainJob that still exists. dispatch stops the TrainJob first (spec.suspend, and waits for the
+    Trainer's Suspended condition), so the rebuilt JobSet is suspended and its Jobs make no pod. Without
+    the stop, the rebuilt JobSet's pods run rank 0 of attempt 1 a second time."""
+    namespaced_runtime()
+    execution = _submit(submitter[0], namespace)
+    starting.execution_submit(execution_id=execution.pk, holder="chain-1")
+    selector = f"dispatch.dev/job={execution.job_id},dispatch.dev/attempt=1"
+
+    def running() -> list[Any]:
+        pods = kube.core.list_namespaced_pod(namespace, label_selector=selector).items
+        return [p for p in pods if p.status.phase == "Running"]
+
+    [first] = wait_for(running, timeout=90, what="rank 0 of attempt 1 running")
+    first_jobset = first.metadata.labels["jobset.sigs.k8s.io/jobset-uid"]
+    rebuilt: list[str] = []
+    ran_again: list[str] = []  # pods of the rebuilt JobSet: rank 0 of attempt 1 a second time
+    real_delete = gateway.delete_namespaced
+
+    def jobset_uid() -> str:
+        try:
+            obj = kube.custom.get_namespaced_custom_object(
+                "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", execution.trainjob_name
+            )
+        except Exception:  # 404 while the Trainer has not rebuilt it yet
+            return ""
+        return str(obj["metadata"]["uid"])
+
+    def second_runs() -> list[str]:
+        pods = kube.core.list_namespaced_pod(
+            namespace, label_selector=f"jobset.sigs.k8s.io/jobset-uid={rebuilt[0]}"
+        ).items
+        return [p.metadata.name for p in pods]
+
+    def delete(kind: str, ns: str, name: str, *, uid: str = "") -> bool:
+        if kind == "TrainJob" and not rebuilt:
+            kube.custom.delete_namespaced_custom_object(
+                "jobset.x-k8s.io", "v1alpha2", ns, "jobsets", name, propagation_policy="Background"
+            )
+            rebuilt.append(
+                wait_for(
+                    lambda: (u := jobset_uid()) and u != first_jobset and u,
+                    timeout=30,
+                    what="the Trainer to rebuild the JobSet of the TrainJob that still exists",
+                )
+            )
+            wait_for(
+                lambda: (
+                    kube.batch.list_namespaced_job(
+                        ns, label_selector=f"jobset.sigs.k8s.io/jobset-uid={rebuilt[0]}"
+                    ).items
+                ),
+                timeout=30,
+                what="the rebuilt JobSet's Job",
+            )
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline and not ran_again:  # an unsuspended Job makes its pods at once
+                ran_again.extend(second_runs())
+                time.sleep(0.1)
+        return real_delete(kind, ns, name, uid=uid)
+
+    monkeypatch.setattr(gateway, "delete_namespaced", delete)
+    response = _api(submitter[1]).post(f"/api/v1/jobs/{execution.job_id}/cancel")
+    assert response.status_code in (200, 202), response.content
+    wait_for(
+        lambda: execution.trainjob_name not in _all_names(kube, namespace, "trainjobs"),
+        timeout=60,
+        what="the cancelled job's TrainJob to be deleted",
+    )
+    assert rebuilt, "the test never saw dispatch delete the TrainJob"
+    assert ran_again == [], "rank 0 of attempt 1 ran again under the rebuilt JobSet"
+
+    # The rebuilt JobSet's Jobs, if any are left before the garbage collector takes them, make no pod.
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # an absence: watched for a while, not proven by one read
+        assert second_runs() == [], "rank 0 of attempt 1 ran again under the rebuilt JobSet"
+        time.sleep(0.1)
