@@ -22,6 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from jobs.models import SupervisorCycle
@@ -31,6 +32,7 @@ from jobs.supervision.cache import CacheSource
 logger = logging.getLogger(__name__)
 
 ALIVE = "supervisor-watch"
+DATABASE_RETRY_SECONDS = 2.0  # between tries while the database does not answer
 DEBOUNCE_SECONDS = 0.05  # a burst of changes (a JobSet failing: its pods, Jobs, events) in one cycle
 
 
@@ -62,10 +64,18 @@ def run_forever(
     who = cycle.holder()
     try:
         while not stopped():
+            # A connection PostgreSQL dropped (a restart, a failover, pg_terminate_backend) is replaced
+            # here, as Django does between requests: the loop outlives the database's outages.
+            close_old_connections()
             prepared = 0.0
             if cache is not None:
                 started = time.thread_time()
-                _say_alive(who, period)
+                try:
+                    _say_alive(who, period)
+                except DatabaseError:
+                    logger.exception("supervision: the database did not answer; trying again shortly")
+                    _sleep(stopped, min(period, DATABASE_RETRY_SECONDS))
+                    continue
                 try:
                     cache.prepare()
                 except Exception:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -439,3 +440,33 @@ def test_a_forbidden_read_is_named_and_the_other_reads_still_count(
     data = judged(lambda d: d["state"] == "running" and not d.get("supervision_warnings"), "back to running")
     assert ("running", "unknown") in transitions(data) and ("unknown", "running") in transitions(data)
     assert data["unknown_since"] is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_supervisor_outlives_a_database_connection_it_loses() -> None:
+    """`manage.py supervise` lost its connection when PostgreSQL restarted (seen in a chaos run: its loop died
+    on "terminating connection due to administrator command" and nothing restarted it; supervision fell back
+    to the beat's slower cycle). Here PostgreSQL itself ends every other backend of the test database
+    (pg_terminate_backend, what a fast shutdown does to each): the loop keeps saying it is alive."""
+    from django.db import connection
+    from django.utils import timezone
+
+    def lease() -> Any:
+        return SupervisorCycle.objects.filter(name=ALIVE).values_list("lease_until", flat=True).first()
+
+    with supervisor_process(source=CacheSource(), interval=1) as stop:
+        wait_for(lease, timeout=30, what="the supervisor to say it is alive")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            ended = [row[0] for row in cursor.fetchall()]
+        assert ended and all(ended), f"no backend of the supervisor was ended: {ended}"
+        after = timezone.now()
+        wait_for(
+            lambda: (until := lease()) is not None and until - timedelta(seconds=3) > after,
+            timeout=30,
+            what="the supervisor to renew its alive lease after losing its connection",
+        )
+        assert not stop.is_set()
