@@ -60,6 +60,12 @@ SUBMISSION_TO_TRAINJOB = Histogram(
     "From an execution's creation (the job's submission for attempt 1) to its TrainJob existing.",
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
 )
+QUEUE_WAIT = Histogram(
+    "dispatch_queue_wait_seconds",
+    "For jobs that name a Kueue LocalQueue: from an execution's TrainJob existing to the execution running "
+    "(the time Kueue held it before admission, and the pods' start).",
+    buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600),
+)
 SUPERVISOR_CYCLE = Histogram(
     "dispatch_supervisor_cycle_seconds",
     "Duration of one supervision cycle (list the cluster, derive, write).",

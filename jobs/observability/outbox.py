@@ -108,6 +108,16 @@ def _job_event_saved(
     if instance.kind == "created" and execution_created is not None:
         waited = max(0.0, (instance.at - execution_created).total_seconds())
         transaction.on_commit(lambda: metrics.SUBMISSION_TO_TRAINJOB.observe(waited))
+    queued_to_running = (from_state, to_state) == (JobState.QUEUED, JobState.RUNNING)
+    if instance.kind == "transition" and instance.attempt is not None and queued_to_running:
+        queued = (
+            Execution.objects.filter(job_id=instance.job_id, attempt=instance.attempt)
+            .values_list("submitted_at", "job__spec__queue_name")
+            .first()
+        )
+        if queued is not None and queued[0] is not None and queued[1]:
+            held = max(0.0, (instance.at - queued[0]).total_seconds())
+            transaction.on_commit(lambda: metrics.QUEUE_WAIT.observe(held))
 
 
 def record(

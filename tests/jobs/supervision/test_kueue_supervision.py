@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from cluster import kueue as cluster_kueue
 from jobs.models import Execution, Job
 from jobs.supervision import cycle
 from runtimes.models import AllowListEntry, SiteSettings
+from tests.jobs.observability.test_metrics import samples, scrape
 from tests.jobs.supervision.support import supervise_until, wait_job
 from tests.jobs.supervision.test_watches import watching
 from tests.support.cluster import Kube, KueueQueue
@@ -143,6 +145,7 @@ def test_second_job_is_queued_for_quota_at_position_1_then_starts_when_the_first
         return real(namespace, local_queue)
 
     monkeypatch.setattr(cluster_kueue, "pending_workloads", spy)
+    waits_before = _queue_waits()
     first = _submit(
         token, _body(kueue_queue, env={"KWOK_STAY_RUNNING": "1"}), django_capture_on_commit_callbacks
     )
@@ -185,6 +188,21 @@ def test_second_job_is_queued_for_quota_at_position_1_then_starts_when_the_first
         what="the second job ran and succeeded",
     )
     assert done["cause"] == ""
+    # dispatch_queue_wait_seconds (GET /metrics) observed the first and the second job's time in Kueue's
+    # hands, the second's at least as long as it waited behind the first.
+    count, total = (after - before for after, before in zip(_queue_waits(), waits_before, strict=True))
+    [attempt] = done["executions"]
+    held = (
+        datetime.fromisoformat(attempt["started_at"]) - datetime.fromisoformat(attempt["submitted_at"])
+    ).total_seconds()
+    assert count >= 2 and total >= held > 0, (count, total, held)
+
+
+def _queue_waits() -> tuple[float, float]:
+    """dispatch_queue_wait_seconds' count and sum, as a scrape of /metrics shows them."""
+    text = scrape()
+    count = samples(text, "dispatch_queue_wait_seconds_count").get((), 0.0)
+    return count, samples(text, "dispatch_queue_wait_seconds_sum").get((), 0.0)
 
 
 # ---------------------------------------------------------------- preemption ends the attempt
