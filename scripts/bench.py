@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -115,7 +116,8 @@ def server_bench() -> list[dict[str, Any]]:
             ("GET /api/v1/me (trivial, authenticated)", f"{base}/api/v1/me", None),
             ("POST /api/v1/plan", f"{base}/api/v1/plan", body),
         ]
-        # Interleaved rounds, so a slow moment of the machine hits every endpoint alike; best round kept.
+        # Interleaved rounds, so a slow moment of the machine hits every endpoint alike; the ratio is taken per
+        # round (below).
         for round_number in range(1, ROUNDS + 1):
             for name, url, payload in endpoints:
                 rows.append({"name": name, "round": round_number, **wrk(url, token, payload)})
@@ -215,12 +217,22 @@ def main() -> None:
             f"| {r['name']} | {r['round']} | {r['rps']:.0f} | {r['requests']} | {r['non_2xx']} "
             f"| {r['p99_ms']:.1f} |"
         )
-    ratio = plan["rps"] / trivial["rps"]
+    # The ratio of each round (plan and trivial measured back to back in it), then their median: never the
+    # best of one side against the best of the other, which may come from different minutes.
+    per_round = {r["round"]: r["rps"] for r in rows if r["name"] == "GET /api/v1/me (trivial, authenticated)"}
+    ratios = sorted(
+        r["rps"] / per_round[r["round"]]
+        for r in rows
+        if r["name"] == "POST /api/v1/plan" and per_round.get(r["round"])
+    )
+    ratio = statistics.median(ratios) if ratios else plan["rps"] / trivial["rps"]
     lines += [
         "",
         "| measure | value | target | met |",
         "|---|---|---|---|",
-        f"| plan rps / trivial rps | {ratio:.2f} | >= 0.5 | {'yes' if ratio >= 0.5 else 'NO'} |",
+        f"| plan rps / trivial rps, median of {len(ratios)} rounds (each round's pair back to back; "
+        f"rounds {', '.join(f'{x:.2f}' for x in ratios)}) | {ratio:.2f} | >= 0.5 | "
+        f"{'yes' if ratio >= 0.5 else 'NO'} |",
     ]
     lines += submissions_lines()
     from scripts.bench_starts import report_lines as starts_lines

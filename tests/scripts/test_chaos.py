@@ -259,7 +259,10 @@ def test_a_paused_proxy_refuses_connections_and_resumes_on_its_port() -> None:
 
 
 @pytest.mark.cluster
-def test_a_short_chaos_run_ends_with_every_figure_at_its_target(kubeconfig: str, tmp_path: Path) -> None:
+def test_a_short_chaos_run_ends_with_every_figure_at_its_target(
+    kubeconfig: str, kueue: None, tmp_path: Path
+) -> None:
+    """With Kueue running (the module fixture `kueue`), so the run adds its preemption wave."""
     report = tmp_path / "report.json"
     run = subprocess.run(
         [
@@ -281,7 +284,7 @@ def test_a_short_chaos_run_ends_with_every_figure_at_its_target(kubeconfig: str,
     summary = run.stdout[run.stdout.find("chaos run ") :]
     faults = {f["fault"] for f in figures["faults"]}
     assert faults >= {"kill-worker", "redis", "postgres", "api-server", "eviction", "node-loss",
-                      "label-domain", "foreign-pods"}, summary  # fmt: skip
+                      "label-domain", "foreign-pods", "kueue-wave"}, summary  # fmt: skip
     off = {name: f for name, f in figures["figures"].items() if not f["ok"]}
     assert off == {}, summary
     assert figures["identity"]["counts"]["rank_pods_ran"] > 0, figures["identity"]
