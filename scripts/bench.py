@@ -116,8 +116,8 @@ def server_bench() -> list[dict[str, Any]]:
             ("GET /api/v1/me (trivial, authenticated)", f"{base}/api/v1/me", None),
             ("POST /api/v1/plan", f"{base}/api/v1/plan", body),
         ]
-        # Interleaved rounds, so a slow moment of the machine hits every endpoint alike; the ratio is taken per
-        # round (below).
+        # Interleaved rounds, so a slow moment of the machine hits every endpoint alike; the ratio is
+        # taken per round (below).
         for round_number in range(1, ROUNDS + 1):
             for name, url, payload in endpoints:
                 rows.append({"name": name, "round": round_number, **wrk(url, token, payload)})
