@@ -1704,13 +1704,25 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(1)
             else:
                 return {"verified": False, "summary": "no low-priority job ran within 90 s"}
+            # The low jobs' TrainJobs by name (a rank pod's JobSet is named after its TrainJob), read before
+            # the wave: dispatch ends a preempted attempt within a second or so, deleting its TrainJob and so
+            # its Workload, so the Workload is polled closely and its owner is not read back.
+            trainjobs: dict[str, tuple[str, str]] = {}
+            for raw in kube.pods(namespace):
+                labels = raw["metadata"].get("labels") or {}
+                identity = pod_identity(raw)
+                if identity["job"] in low_ids and labels.get("jobset.sigs.k8s.io/jobset-name"):
+                    trainjobs[labels["jobset.sigs.k8s.io/jobset-name"]] = (
+                        identity["job"],
+                        str(identity.get("attempt") or ""),
+                    )
             high = JobPlan(index=base + 9, kind=KUEUE_HIGH, at=at, policy="retry", duration=3.0)
             high_entry = submit(high, extra(kueue_names["high"]))
             preempted: list[dict[str, Any]] = []
             deadline = time.monotonic() + 90
             while time.monotonic() < deadline and not preempted:
                 for wl in kube.custom.list_namespaced_custom_object(
-                    "kueue.x-k8s.io", "v1beta2", namespace, "workloads"
+                    "kueue.x-k8s.io", "v1beta2", namespace, "workloads", _request_timeout=10
                 )["items"]:
                     conditions = {c["type"]: c for c in (wl.get("status") or {}).get("conditions") or []}
                     evicted = conditions.get("Evicted") or {}
@@ -1725,24 +1737,18 @@ def main(argv: list[str] | None = None) -> int:
                             ),
                             None,
                         )
-                        if owner is None:
+                        if owner is None or owner["name"] not in trainjobs:
                             continue
-                        tj = kube.custom.get_namespaced_custom_object(
-                            "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", owner["name"]
+                        job_id, attempt = trainjobs[owner["name"]]
+                        preempted.append(
+                            {
+                                "workload": wl["metadata"]["name"],
+                                "job": job_id,
+                                "attempt": attempt,
+                                "message": evicted.get("message", "")[:200],
+                            }
                         )
-                        tj_labels = tj["metadata"].get("labels") or {}
-                        job_id = next((v for k, v in tj_labels.items() if k.endswith("/job")), None)
-                        attempt = next((v for k, v in tj_labels.items() if k.endswith("/attempt")), None)
-                        if job_id in low_ids:
-                            preempted.append(
-                                {
-                                    "workload": wl["metadata"]["name"],
-                                    "job": job_id,
-                                    "attempt": attempt,
-                                    "message": evicted.get("message", "")[:200],
-                                }
-                            )
-                time.sleep(1)
+                time.sleep(0.1)
             for p in preempted:
                 run.hit(
                     p["job"], Hit("kueue-wave", "preempted", int(p["attempt"] or 0), run.t(), p["workload"])
