@@ -288,10 +288,17 @@ class CacheSource:
         with self._lock:
             dead, self._dead = self._dead, []
         if dead:
-            PodTombstone.objects.bulk_create(
-                [PodTombstone(execution_id=pk, pod_uid=uid_of(pod)[:64], pod=pod) for pk, pod in dead],
-                ignore_conflicts=True,
-            )
+            try:
+                PodTombstone.objects.bulk_create(
+                    [PodTombstone(execution_id=pk, pod_uid=uid_of(pod)[:64], pod=pod) for pk, pod in dead],
+                    ignore_conflicts=True,
+                )
+            except Exception:
+                # The database did not take them (a restart, say): they are the only record of how those pods
+                # ended, so they wait for the next cycle instead of being dropped.
+                with self._lock:
+                    self._dead[:0] = dead
+                raise
 
     def derived(self, execution: Execution, status: DerivedStatus | None, supervised: bool) -> None:
         key = (execution.job_id, execution.attempt)

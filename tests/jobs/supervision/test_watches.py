@@ -28,7 +28,7 @@ from cluster import gateway
 from cluster import kueue as cluster_kueue
 from cluster.errors import Expired
 from cluster.informer import Informer
-from jobs.models import Execution, Job, JobEvent, JobState, SupervisorCycle
+from jobs.models import Execution, Job, JobEvent, JobState, PodTombstone, SupervisorCycle
 from jobs.supervision import cycle, tasks
 from jobs.supervision.cache import CacheSource
 from jobs.supervision.watch import ALIVE
@@ -470,3 +470,33 @@ def test_the_supervisor_outlives_a_database_connection_it_loses() -> None:
             what="the supervisor to renew its alive lease after losing its connection",
         )
         assert not stop.is_set()
+
+
+@pytest.mark.django_db
+def test_tombstones_the_database_did_not_take_wait_for_the_next_cycle(
+    plain_user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deleted pod's last state is kept as a tombstone, written at the next cycle; when the database does
+    not take them (a restart: injected here, since PostgreSQL cannot refuse one chosen INSERT on demand),
+    they stay for the cycle after instead of being dropped with the evidence they hold."""
+    from django.db.utils import OperationalError
+
+    from tests.jobs.dashboard.test_job_pages import make_job
+
+    job = make_job(plain_user[0])
+    execution = Execution.objects.get(job=job, attempt=1)
+    source = CacheSource()
+    pod = {"kind": "Pod", "metadata": {"uid": "u-1", "name": f"{job.id}-1-node-0-1-x"}}
+    source._dead.append((execution.pk, pod))
+    real = PodTombstone.objects.bulk_create
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise OperationalError("terminating connection due to administrator command (injected)")
+
+    monkeypatch.setattr(PodTombstone.objects, "bulk_create", refused)
+    with pytest.raises(OperationalError):
+        source.flush()
+    assert not PodTombstone.objects.exists()
+    monkeypatch.setattr(PodTombstone.objects, "bulk_create", real)
+    source.flush()
+    assert list(PodTombstone.objects.values_list("execution_id", "pod_uid")) == [(execution.pk, "u-1")]
