@@ -343,6 +343,17 @@ class CacheSource:
 
     # ---------------------------------------------------------------- the supervisor loop
 
+    def due_from_database(self) -> bool:
+        """Work the watches cannot announce: an execution newer than any tracked, or one of the pending ones
+        now submitted (its namespace may not be watched yet). One indexed read; the supervisor asks every
+        second while it waits, so a new job is followed within a second or so, not at the next periodic
+        cycle."""
+        with self._lock:
+            pending = sorted(self._unsubmitted)
+        return Execution.objects.filter(
+            Q(pk__gt=self._max_pk) | Q(pk__in=pending, submitted_at__isnull=False)
+        ).exists()
+
     def wait(self, timeout: float) -> bool:
         """Until a tracked execution's objects change (True) or `timeout` seconds pass (False)."""
         woken = self.wake.wait(timeout)

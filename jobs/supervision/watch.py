@@ -101,6 +101,11 @@ def run_forever(
                 if cache.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
                     time.sleep(DEBOUNCE_SECONDS)
                     break
+                try:
+                    if cache.due_from_database():  # a job just started: follow it now
+                        break
+                except DatabaseError:
+                    logger.warning("supervision: could not ask the database for new executions")
     finally:
         if cache is not None and source is None:
             cache.close()
