@@ -31,7 +31,7 @@ from kubernetes import client
 
 from cluster import gateway
 from cluster.client import api_client
-from cluster.errors import ClusterError, Expired
+from cluster.errors import ClusterError, ClusterUnavailable, Expired
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,11 @@ OnDelete = Callable[[Obj], None]
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 WATCH_SECONDS = 240
 RELIST_SECONDS = 600.0
-RETRY_MAX_SECONDS = 30.0
+RETRY_MAX_SECONDS = 30.0  # a refusal (403, a missing kind): nothing changes until somebody acts
+# The API server unreachable or overloaded: tried again at most this far apart, so the copy is current again
+# within seconds of its return (what changed meanwhile is only seen by the re-list: a pod evicted and gone in
+# the gap leaves no last state behind, seen in chaos as evictions read `unknown-failure`).
+UNAVAILABLE_RETRY_MAX_SECONDS = 3.0
 
 
 @lru_cache(maxsize=4)
@@ -199,7 +203,12 @@ class Informer:
                 logger.info("informer %s: %s (again in %.0f s)", self.name, exc, wait)
                 self._version = ""
                 self._stop.wait(wait)
-                wait = min(wait * 2, RETRY_MAX_SECONDS)
+                cap = (
+                    UNAVAILABLE_RETRY_MAX_SECONDS
+                    if isinstance(exc, ClusterUnavailable)
+                    else RETRY_MAX_SECONDS
+                )
+                wait = min(wait * 2, cap)
             except Exception as exc:  # a bug must not end the thread silently
                 if self._stop.is_set():
                     return

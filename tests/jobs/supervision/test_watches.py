@@ -515,3 +515,28 @@ def test_a_job_started_while_the_supervisor_waits_is_followed_before_its_next_pe
         wait_for(lambda: len(reports) >= 1, what="the supervisor's first cycle")
         job_id = _post(submitter[1], namespace, {"KWOK_STAY_RUNNING": "1"})
         wait_job(job_id, lambda j: j.state == JobState.RUNNING, timeout=60, what="running")
+
+
+def test_an_informer_retries_an_unreachable_api_server_within_seconds() -> None:
+    """While the API server cannot be reached (nothing listens: the default unreachable kubeconfig of the
+    tests), an informer tries again at most a few seconds apart, so once the server is back the copy is
+    current within seconds: evidence of a pod evicted and gone after an outage is otherwise lost (a chaos run
+    read such evictions `unknown-failure` when informers waited up to 30 s between tries)."""
+    from cluster import informer as informer_module
+
+    waits: list[float] = []
+    inf = Informer(gateway.PODS, "nowhere")
+    real_wait = inf._stop.wait
+
+    def wait(timeout: float | None = None) -> bool:
+        waits.append(float(timeout or 0))
+        return real_wait(0.01) if len(waits) < 8 else real_wait(5)
+
+    inf._stop.wait = wait  # type: ignore[method-assign]
+    inf.start()
+    try:
+        wait_for(lambda: len(waits) >= 8, timeout=60, what="eight failed tries")
+    finally:
+        inf.stop()
+    assert "unreachable" in (inf.error or ""), inf.error
+    assert waits[:3] == [1.0, 2.0, 3.0] and max(waits) == informer_module.UNAVAILABLE_RETRY_MAX_SECONDS <= 3.0
