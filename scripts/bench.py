@@ -167,6 +167,8 @@ def kueue_lines() -> list[str]:
     """Kueue: quota frees -> running, dispatch / bare (scripts/bench_kueue.py); Django is set up."""
     from scripts.bench_kueue import kueue_down, kueue_up, report_lines, run
 
+    if os.environ.get("BENCH_KUEUE") == "off":  # Kueue's visibility server takes a fixed path per machine
+        return ["", "## Kueue", "", "Skipped: BENCH_KUEUE=off."]
     kubeconfig = cluster_kubeconfig()
     started = kueue_up(kubeconfig)
     try:
