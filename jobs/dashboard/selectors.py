@@ -52,6 +52,37 @@ def counts(user: Any, window: str, *, now: datetime | None = None) -> Counts:
     )
 
 
+@dataclass(frozen=True)
+class QueueWaiting:
+    cluster_queue: str
+    jobs: int
+    local_queues: list[str]
+
+
+def waiting_in_kueue(user: Any) -> list[QueueWaiting]:
+    """Queued jobs the user may see, per Kueue ClusterQueue (from what supervision last read of each one's
+    Workload): one grouped query, most waiting first."""
+    rows = (
+        jobs_visible_to(user)
+        .order_by()
+        .filter(state=JobState.QUEUED)
+        .exclude(queued_reason__cluster_queue=None)
+        .exclude(queued_reason__cluster_queue="")
+        .values_list("queued_reason__cluster_queue", "queued_reason__local_queue")
+        .annotate(n=Count("id"))
+    )
+    jobs: Counter[str] = Counter()
+    local: dict[str, set[str]] = defaultdict(set)
+    for cluster_queue, local_queue, n in rows:
+        jobs[str(cluster_queue)] += n
+        if local_queue:
+            local[str(cluster_queue)].add(str(local_queue))
+    return [
+        QueueWaiting(cluster_queue=cq, jobs=n, local_queues=sorted(local[cq]))
+        for cq, n in sorted(jobs.items(), key=lambda item: (-item[1], item[0]))
+    ]
+
+
 @dataclass
 class RefusedRuntime:
     ref: str

@@ -62,6 +62,7 @@ def home_page(request: HttpRequest) -> HttpResponse:
         "counts": dashboard.counts(user, window),
         "refusal_groups": refusal_groups[:8],
         "warned": dashboard.identity_warned_jobs(user),
+        "kueue_waiting": dashboard.waiting_in_kueue(user),
         "verdict_changes": dashboard.verdict_changes(user),
         "supervisor": dashboard.supervisor_health(user),
         "cluster_poll": CLUSTER_POLL_SECONDS,

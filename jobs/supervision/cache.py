@@ -4,7 +4,7 @@ kept by watches, and the Source a cycle derives from (jobs.supervision.cycle).
 Per namespace that has active executions: one informer (cluster.informer) per supervised kind (TrainJob,
 JobSet, Job, Pod) and label domain of its jobs (selected by `<domain>/job`), and one for the namespace's
 Events (only those about objects named like dispatch's are kept). Never a cluster-wide list or watch; Nodes
-are read by name when a pod's fate depends on its node (cycle._read_nodes). A Kueue Workload is one more
+are read by name when a pod's fate depends on its node (jobs.supervision.nodes). A Kueue Workload is one more
 Resource and informer, keyed like the rest.
 
 What a change does: an object of a tracked execution changed, so that execution is due; a pod of one was

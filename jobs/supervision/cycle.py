@@ -21,7 +21,6 @@ instead of racing; every write is compare-and-set anyway, so a cycle that lost i
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 import socket
@@ -39,7 +38,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from cluster import gateway, kueue
-from cluster.errors import ClusterError, NotFound
+from cluster.errors import ClusterError
 from dispatch_site import metrics
 from jobs.models import Execution, PodTombstone, SupervisorCycle
 from jobs.naming import trainjob_name_prefix
@@ -65,6 +64,8 @@ from jobs.supervision.grouping import (
     Watched,
     owned_objects,
 )
+from jobs.supervision.kueue import deactivate_evicted, queue_positions
+from jobs.supervision.nodes import nodes_for, read_nodes
 from jobs.supervision.status import Context, DerivedStatus, condense_pod, derive
 from jobs.waits import Thresholds
 from runtimes.models import SiteSettings
@@ -406,7 +407,7 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
     for item in watched:
         _add_events_of(groups[item.key], observation.source, item, _uids(dead[item.key]))
     phase("tombstones")
-    nodes, unread, node_errors = _read_nodes(groups, watched, dead)
+    nodes, unread, node_errors = read_nodes(groups, watched, dead)
     phase("nodes")
     statuses = derive_grouped(
         groups,
@@ -419,8 +420,10 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
     )
     report.derived = len(statuses)
     phase("derive")
-    _queue_positions(statuses)
-    acted = _deactivate_evicted(statuses, report)
+    queue_positions(statuses)
+    acted, deactivation_errors = deactivate_evicted(statuses)
+    if deactivation_errors:
+        report.error = "; ".join(filter(None, [report.error, *deactivation_errors]))
     phase("kueue")
     # State changes first: when many executions changed at once, a failure is written before memory updates.
     order = sorted(
@@ -470,81 +473,6 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
     phase("apply")
 
 
-QUEUED_FOR_QUOTA = ("awaiting-quota", "inadmissible")
-POSITION_RECHECK_SECONDS = 10.0
-
-
-def _queue_positions(statuses: Mapping[tuple[str, int], DerivedStatus]) -> None:
-    """The queue position of each execution waiting in a Kueue LocalQueue, from the visibility API: one call
-    per LocalQueue that has such executions this cycle, never one per job. Stored in its queued_reason
-    (`position`: 1 is the next to be admitted in the LocalQueue; `position_in_cluster_queue` likewise). A
-    read that fails leaves the position out and says so among the warnings."""
-    waiting: dict[tuple[str, str], list[DerivedStatus]] = {}
-    for status in statuses.values():
-        reason = status.queued_reason
-        if status.state != "queued" or reason.get("reason") not in QUEUED_FOR_QUOTA:
-            continue
-        namespace = str(reason.get("namespace") or "")
-        local_queue = str(reason.get("local_queue") or "")
-        if namespace and local_queue and reason.get("workload"):
-            waiting.setdefault((namespace, local_queue), []).append(status)
-    for (namespace, local_queue), group in sorted(waiting.items(), key=lambda pair: pair[0]):
-        try:
-            pending = {p.name: p for p in kueue.pending_workloads(namespace, local_queue)}
-        except ClusterError as exc:
-            for status in group:
-                status.warnings.append(
-                    {
-                        "kind": "read",
-                        "object": f"LocalQueue {namespace}/{local_queue} (pending workloads)",
-                        "message": f"{exc}: the queue position is not known",
-                    }
-                )
-            continue
-        for status in group:
-            found = pending.get(str(status.queued_reason.get("workload")))
-            if found is None:
-                continue
-            status.queued_reason = {
-                **status.queued_reason,
-                "position": found.position_in_local_queue + 1,
-                "position_in_cluster_queue": found.position_in_cluster_queue + 1,
-            }
-            # Positions move when other jobs are admitted, with no object of this one changing.
-            recheck = timezone.now() + timedelta(seconds=POSITION_RECHECK_SECONDS)
-            status.recheck_at = min(status.recheck_at or recheck, recheck)
-
-
-def _deactivate_evicted(
-    statuses: Mapping[tuple[str, int], DerivedStatus], report: CycleReport
-) -> set[tuple[str, int]]:
-    """Deactivate the Kueue Workloads the derivation says must be (an eviction ended the attempt), with
-    dispatch's mark, before the failure is written and the TrainJob deleted: Kueue can then never resume
-    that TrainJob. The keys whose status may be applied: all but those whose Workload could not be
-    deactivated (left for the next cycle, with the error in the report)."""
-    ok = set(statuses)
-    for key, status in statuses.items():
-        act = status.deactivate
-        if not act:
-            continue
-        mark = {**(act.get("mark") or {}), "at": timezone.now().isoformat()}
-        try:
-            outcome = kueue.deactivate_workload(
-                namespace=str(act["namespace"]),
-                name=str(act["name"]),
-                uid=str(act.get("uid") or ""),
-                annotations={str(act["key"]): json.dumps(mark, sort_keys=True)},
-            )
-        except ClusterError as exc:
-            ok.discard(key)
-            report.error = "; ".join(filter(None, [report.error, f"deactivating {exc}"]))
-            continue
-        logger.info(
-            "supervision: Workload %s/%s %s (%s)", act["namespace"], act["name"], outcome, status.cause
-        )
-    return ok
-
-
 def _add_events_of(grouped: Grouped, source: ObjectSource, item: Watched, uids: Iterable[str]) -> None:
     """The Events about tombstoned pods the memory did not hold yet (owned_objects found those it held)."""
     events = [o for o in grouped.objects if o.get("kind") == EVENT]
@@ -571,64 +499,6 @@ def _tombstones(execution_ids: list[int]) -> dict[int, list[tuple[int, dict[str,
     for pk, execution_id, pod in rows.values_list("pk", "execution_id", "pod"):
         found.setdefault(execution_id, []).append((pk, pod))
     return found
-
-
-def _needs_nodes(
-    objects: Iterable[Mapping[str, Any]], memory: Mapping[str, Any], dead: Sequence[Any]
-) -> set[str]:
-    """The nodes an execution's derivation needs: those its pods ran on, once a pod is gone, being deleted or
-    disrupted (only then can a node's loss explain it). A running execution needs none."""
-    names: set[str] = set()
-    needed = bool(dead)
-    for obj in objects:
-        if obj.get("kind") != "Pod":
-            continue
-        names.add(str((obj.get("spec") or {}).get("nodeName") or ""))
-        meta = obj.get("metadata") or {}
-        conditions = (obj.get("status") or {}).get("conditions") or []
-        if meta.get("deletionTimestamp") or any(c.get("type") == "DisruptionTarget" for c in conditions):
-            needed = True
-    for pod in memory.values():
-        names.add(str(pod.get("node") or ""))
-        if pod.get("gone") or pod.get("deleting") or pod.get("disruption"):
-            needed = True
-    for pod in dead:
-        names.add(str((pod.get("spec") or {}).get("nodeName") or ""))
-    names.discard("")
-    return names if needed else set()
-
-
-def _read_nodes(
-    groups: Mapping[tuple[str, int], Grouped],
-    watched: Sequence[Watched],
-    dead: Mapping[tuple[str, int], Sequence[Any]],
-) -> tuple[dict[str, dict[str, Any]], frozenset[str], dict[tuple[str, int], list[dict[str, Any]]]]:
-    """Nodes by name, as the pods need them (get by name, cached briefly); those that could not be read."""
-    wanted = {w.key: _needs_nodes(groups[w.key].objects, w.memory, dead.get(w.key, [])) for w in watched}
-    nodes: dict[str, dict[str, Any]] = {}
-    unread: dict[str, str] = {}
-    for name in sorted(set().union(*wanted.values()) if wanted else set()):
-        try:
-            node = gateway.get_node(name)
-        except NotFound:
-            continue
-        except ClusterError as exc:
-            unread[name] = str(exc)
-            continue
-        if node is not None:
-            nodes[name] = node
-    errors = {
-        key: [
-            {"kind": "read", "object": f"Node {n}", "message": f"{unread[n]}: not judged for node loss"}
-            for n in sorted(names & set(unread))
-        ]
-        for key, names in wanted.items()
-        if names & set(unread)
-    }
-    return nodes, frozenset(unread), errors
-
-
-# ---------------------------------------------------------------- the derivation (pure)
 
 
 def derive_all(
@@ -668,7 +538,7 @@ def derive_grouped(
         for item in watched:
             grouped = groups[item.key]
             memory = _with_tombstones(item, tombstones.get(item.key, ()), grouped)
-            objects = grouped.objects + _nodes_for(grouped.objects, memory, nodes)
+            objects = grouped.objects + nodes_for(grouped.objects, memory, nodes)
             ctx = Context(
                 now=now,
                 label_domain=item.domain,
@@ -700,14 +570,6 @@ def _with_tombstones(item: Watched, dead: Iterable[Mapping[str, Any]], grouped: 
         condensed = condense_pod(pod, item.domain)
         memory[condensed["uid"]] = {**condensed, "gone": (memory.get(condensed["uid"]) or {}).get("gone")}
     return memory
-
-
-def _nodes_for(
-    objects: Iterable[Mapping[str, Any]], memory: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]
-) -> list[Any]:
-    names = {str((o.get("spec") or {}).get("nodeName") or "") for o in objects if o.get("kind") == "Pod"}
-    names |= {str(p.get("node") or "") for p in memory.values()}
-    return [nodes[n] for n in sorted(names) if n and n in nodes]
 
 
 @contextmanager

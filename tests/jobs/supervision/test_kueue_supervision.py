@@ -176,6 +176,14 @@ def test_second_job_is_queued_for_quota_at_position_1_then_starts_when_the_first
     page.force_login(submitter[0])
     html = page.get(f"/jobs/{second}/").content.decode()
     assert f"LocalQueue <code>{kueue_queue.name}</code>" in html and "position 1" in html, html[:2000]
+    # The job list shows each waiting job's LocalQueue and place, and the overview the jobs waiting per
+    # ClusterQueue (what supervision read of their Workloads).
+    listed = page.get("/jobs/?state=queued").content.decode()
+    row = listed[listed.index(f'data-job="{second}"') :].split("</tr>", 1)[0]
+    assert f"{kueue_queue.name} · position 1" in row, row
+    home = page.get("/").content.decode()
+    box = home[home.index('id="kueue-waiting"') :].split("</section>", 1)[0]
+    assert f"<code>{reason['cluster_queue']}</code> <strong>2</strong> jobs" in box, box
 
     with django_capture_on_commit_callbacks(execute=True):
         cancelled = _api(token).post(f"/api/v1/jobs/{first}/cancel")

@@ -1,0 +1,77 @@
+"""The Nodes a cycle reads (jobs.supervision.cycle): by name, only those the pods of an execution ran on, and
+only once a pod is gone, being deleted or disrupted (only then can a node's loss explain it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from cluster import gateway
+from cluster.errors import ClusterError, NotFound
+from jobs.supervision.grouping import Grouped, Watched
+
+
+def needs_nodes(
+    objects: Iterable[Mapping[str, Any]], memory: Mapping[str, Any], dead: Sequence[Any]
+) -> set[str]:
+    """The nodes an execution's derivation needs: those its pods ran on, once a pod is gone, being deleted or
+    disrupted (only then can a node's loss explain it). A running execution needs none."""
+    names: set[str] = set()
+    needed = bool(dead)
+    for obj in objects:
+        if obj.get("kind") != "Pod":
+            continue
+        names.add(str((obj.get("spec") or {}).get("nodeName") or ""))
+        meta = obj.get("metadata") or {}
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        if meta.get("deletionTimestamp") or any(c.get("type") == "DisruptionTarget" for c in conditions):
+            needed = True
+    for pod in memory.values():
+        names.add(str(pod.get("node") or ""))
+        if pod.get("gone") or pod.get("deleting") or pod.get("disruption"):
+            needed = True
+    for pod in dead:
+        names.add(str((pod.get("spec") or {}).get("nodeName") or ""))
+    names.discard("")
+    return names if needed else set()
+
+
+def read_nodes(
+    groups: Mapping[tuple[str, int], Grouped],
+    watched: Sequence[Watched],
+    dead: Mapping[tuple[str, int], Sequence[Any]],
+) -> tuple[dict[str, dict[str, Any]], frozenset[str], dict[tuple[str, int], list[dict[str, Any]]]]:
+    """Nodes by name, as the pods need them (get by name, cached briefly); those that could not be read."""
+    wanted = {w.key: needs_nodes(groups[w.key].objects, w.memory, dead.get(w.key, [])) for w in watched}
+    nodes: dict[str, dict[str, Any]] = {}
+    unread: dict[str, str] = {}
+    for name in sorted(set().union(*wanted.values()) if wanted else set()):
+        try:
+            node = gateway.get_node(name)
+        except NotFound:
+            continue
+        except ClusterError as exc:
+            unread[name] = str(exc)
+            continue
+        if node is not None:
+            nodes[name] = node
+    errors = {
+        key: [
+            {"kind": "read", "object": f"Node {n}", "message": f"{unread[n]}: not judged for node loss"}
+            for n in sorted(names & set(unread))
+        ]
+        for key, names in wanted.items()
+        if names & set(unread)
+    }
+    return nodes, frozenset(unread), errors
+
+
+# ---------------------------------------------------------------- the derivation (pure)
+
+
+def nodes_for(
+    objects: Iterable[Mapping[str, Any]], memory: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]
+) -> list[Any]:
+    names = {str((o.get("spec") or {}).get("nodeName") or "") for o in objects if o.get("kind") == "Pod"}
+    names |= {str(p.get("node") or "") for p in memory.values()}
+    return [nodes[n] for n in sorted(names) if n and n in nodes]
