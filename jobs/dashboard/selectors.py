@@ -60,15 +60,15 @@ class QueueWaiting:
 
 
 def waiting_in_kueue(user: Any) -> list[QueueWaiting]:
-    """Queued jobs the user may see, per Kueue ClusterQueue (from what supervision last read of each one's
-    Workload): one grouped query, most waiting first."""
+    """Queued jobs the user may see, per Kueue ClusterQueue (the one their plan resolved their LocalQueue to: a
+    waiting Workload names no ClusterQueue until it is admitted): one grouped query, most waiting first."""
     rows = (
         jobs_visible_to(user)
         .order_by()
         .filter(state=JobState.QUEUED)
-        .exclude(queued_reason__cluster_queue=None)
-        .exclude(queued_reason__cluster_queue="")
-        .values_list("queued_reason__cluster_queue", "queued_reason__local_queue")
+        .exclude(plan__queue__cluster_queue=None)
+        .exclude(plan__queue__cluster_queue="")
+        .values_list("plan__queue__cluster_queue", "plan__queue__local_queue")
         .annotate(n=Count("id"))
     )
     jobs: Counter[str] = Counter()

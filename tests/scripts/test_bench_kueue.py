@@ -41,6 +41,7 @@ def test_the_kueue_section_measures_both_sides_from_quota_freed_and_reports_the_
         check=False,
     )
     assert done.returncode in (0, 1), done.stderr[-4000:]
+    assert (tmp_path / "kueue.json").exists(), done.stdout[-3000:] + done.stderr[-3000:]
     result: dict[str, Any] = json.loads((tmp_path / "kueue.json").read_text())
     assert "skipped" not in result, result
     assert result["pairs"] == 1

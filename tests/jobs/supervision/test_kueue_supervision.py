@@ -156,17 +156,35 @@ def test_second_job_is_queued_for_quota_at_position_1_then_starts_when_the_first
     third = _submit(
         token, _body(kueue_queue, env={"KWOK_RUN_DURATION": "2s"}), django_capture_on_commit_callbacks
     )
+
+    # Kueue orders equal-priority Workloads by creation time, to the second: two made in the same second may
+    # come in either order, so the test reads which one is next instead of assuming it (a flake seen in CI).
+    def places() -> dict[str, int | None]:
+        return {j: (_get(token, j)["queued_reason"] or {}).get("position") for j in (second, third)}
+
     supervise_until(
         token,
         third,
-        lambda d: (d["queued_reason"] or {}).get("position") == 2,
-        what="the third job queued at position 2",
+        lambda d: sorted(p or 0 for p in places().values()) == [1, 2],
+        what="the two waiting jobs queued at positions 1 and 2",
     )
+    second, third = sorted((second, third), key=lambda j: places()[j] or 0)  # second: the next admitted
+
+    # Kueue says why it cannot admit a Workload on the one its scheduler tried (either of the two, a moment
+    # later): that job's reason carries Kueue's words; both read awaiting-quota.
+    def kueue_said() -> list[str]:
+        return [
+            str((_get(token, j)["queued_reason"] or {}).get("message", ""))
+            for j in (second, third)
+            if "insufficient unused quota" in str((_get(token, j)["queued_reason"] or {}).get("message", ""))
+        ]
+
+    supervise_until(token, second, lambda d: bool(kueue_said()), what="Kueue's reason for a waiting job")
+    assert "insufficient unused quota for nvidia.com/gpu in flavor dispatch-kwok" in kueue_said()[0]
     waiting = _get(token, second)
     reason = waiting["queued_reason"]
     assert waiting["state"] == "queued" and reason["reason"] == "awaiting-quota", reason
     assert reason["position"] == 1 and reason["local_queue"] == kueue_queue.name, reason
-    assert "insufficient unused quota for nvidia.com/gpu in flavor dispatch-kwok" in reason["message"], reason
     calls.clear()
     with TestCase.captureOnCommitCallbacks(execute=True):
         cycle.supervise()
@@ -183,7 +201,7 @@ def test_second_job_is_queued_for_quota_at_position_1_then_starts_when_the_first
     assert f"{kueue_queue.name} · position 1" in row, row
     home = page.get("/").content.decode()
     box = home[home.index('id="kueue-waiting"') :].split("</section>", 1)[0]
-    assert f"<code>{reason['cluster_queue']}</code> <strong>2</strong> jobs" in box, box
+    assert f"<code>{kueue_queue.cluster_queue}</code> <strong>2</strong> jobs" in box, box
 
     with django_capture_on_commit_callbacks(execute=True):
         cancelled = _api(token).post(f"/api/v1/jobs/{first}/cancel")
