@@ -60,8 +60,9 @@ class QueueWaiting:
 
 
 def waiting_in_kueue(user: Any) -> list[QueueWaiting]:
-    """Queued jobs the user may see, per Kueue ClusterQueue (the one their plan resolved their LocalQueue to: a
-    waiting Workload names no ClusterQueue until it is admitted): one grouped query, most waiting first."""
+    """Queued jobs the user may see, per Kueue ClusterQueue (the one their plan resolved their LocalQueue
+    to: a waiting Workload names no ClusterQueue until it is admitted): one grouped query, most waiting
+    first."""
     rows = (
         jobs_visible_to(user)
         .order_by()
