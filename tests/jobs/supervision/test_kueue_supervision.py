@@ -10,6 +10,7 @@ client (tests.support.kueue: its Recorder watches the namespace's pods), never w
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -199,6 +200,9 @@ def test_second_job_is_queued_for_quota_at_position_1_then_starts_when_the_first
     listed = page.get("/jobs/?state=queued").content.decode()
     row = listed[listed.index(f'data-job="{second}"') :].split("</tr>", 1)[0]
     assert f"{kueue_queue.name} · position 1" in row, row
+    # ... and the ClusterQueue's quota as its plan read it (its usage then depends on how soon Kueue's status
+    # counted the first job: only the quota itself is certain).
+    assert re.search(r"nvidia\.com/gpu \d+ of 2 free when planned", row), row
     home = page.get("/").content.decode()
     box = home[home.index('id="kueue-waiting"') :].split("</section>", 1)[0]
     assert f"<code>{kueue_queue.cluster_queue}</code> <strong>2</strong> jobs" in box, box
