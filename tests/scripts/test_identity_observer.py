@@ -1,4 +1,5 @@
-"""scripts/identity_observer.py, the pure part: pod observations in, records out; records in, verdict out.
+"""scripts/identity_observer.py, the pure part (scripts/identity_verdict.py): pod observations in, records
+out; records in, verdict out.
 
 The pods are API objects as the API server serves them (camelCase dicts), shaped like the ones JobSet, the Job
 controller and KWOK produce on the local control plane (tests/scripts/test_identity_observer_cluster.py runs
