@@ -1,0 +1,205 @@
+"""The Kueue preemption wave (--kueue): low-priority jobs on a ClusterQueue with room for one, then a
+high-priority one; a low Workload must be preempted. Also the run's own queues and priority classes."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from scripts.chaoslib.context import Context
+from scripts.chaoslib.jobs import submit
+from scripts.chaoslib.kube import Kube, pod_identity
+from scripts.chaoslib.outcomes import Hit
+from scripts.chaoslib.plan import KUEUE_HIGH, KUEUE_LOW, FaultPlan, JobPlan
+
+
+def fault_kueue_wave(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
+    args, run, kube, client, plan = ctx.args, ctx.run, ctx.kube, ctx.client, ctx.plan
+    namespace, kueue_names = ctx.namespace, ctx.kueue_names
+    platform_token, run_deadline = ctx.platform_token, ctx.run_deadline
+    base = 10_000
+
+    def priority(wpc: str) -> dict[str, Any]:
+        if args.kueue_priority_field == "labels":  # the raw Kueue label, where the API allows it
+            return {"labels": {"kueue.x-k8s.io/priority-class": wpc}}
+        return {args.kueue_priority_field: wpc}
+
+    extra = lambda wpc: {  # noqa: E731
+        "queue_name": kueue_names["lq"],
+        **priority(wpc),
+        "resources_per_node": {
+            "requests": {"nvidia.com/gpu": "1"},
+            "limits": {"nvidia.com/gpu": "1"},
+        },
+    }
+    allowed = None
+    if args.kueue_priority_field != "labels":  # the platform allows the run's classes in its namespace
+        answer = client.call(
+            "PATCH",
+            "/api/v1/settings",
+            platform_token,
+            run_deadline,
+            json={"kueue_priority_classes": {namespace: [kueue_names["low"], kueue_names["high"]]}},
+        )
+        allowed = answer.status_code if answer is not None else None
+    lows = [
+        JobPlan(index=base + i, kind=KUEUE_LOW, at=at, policy="retry", duration=plan.long_duration)
+        for i in range(2)
+    ]
+    entries = [submit(ctx, item, extra(kueue_names["low"])) for item in lows]
+    accepted = [e for e in entries if e is not None]
+    if not accepted:
+        errors = [run.jobs[i.index].get("error") for i in lows]
+        return {
+            "verified": False,
+            "summary": f"low-priority jobs not accepted: {errors[0]} (priority classes PATCH: {allowed})",
+            "evidence": {"errors": errors, "priority_classes_patch": allowed},
+        }
+    low_ids = {e["id"] for e in accepted}
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        pods = [pod_identity(p) for p in kube.pods(namespace)]
+        if any(p["job"] in low_ids and p["phase"] == "Running" and p["job_controlled"] for p in pods):
+            break
+        time.sleep(1)
+    else:
+        return {"verified": False, "summary": "no low-priority job ran within 90 s"}
+    # The low jobs' TrainJobs by name (a rank pod's JobSet is named after its TrainJob), read before
+    # the wave: dispatch ends a preempted attempt within a second or so, deleting its TrainJob and so
+    # its Workload, so the Workload is polled closely and its owner is not read back.
+    trainjobs: dict[str, tuple[str, str]] = {}
+    for raw in kube.pods(namespace):
+        labels = raw["metadata"].get("labels") or {}
+        identity = pod_identity(raw)
+        if identity["job"] in low_ids and labels.get("jobset.sigs.k8s.io/jobset-name"):
+            trainjobs[labels["jobset.sigs.k8s.io/jobset-name"]] = (
+                identity["job"],
+                str(identity.get("attempt") or ""),
+            )
+    high = JobPlan(index=base + 9, kind=KUEUE_HIGH, at=at, policy="retry", duration=3.0)
+    high_entry = submit(ctx, high, extra(kueue_names["high"]))
+    preempted: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not preempted:
+        for wl in kube.custom.list_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta2", namespace, "workloads", _request_timeout=10
+        )["items"]:
+            conditions = {c["type"]: c for c in (wl.get("status") or {}).get("conditions") or []}
+            evicted = conditions.get("Evicted") or {}
+            if (evicted.get("status") == "True" and evicted.get("reason") == "Preempted") or (
+                conditions.get("Preempted") or {}
+            ).get("status") == "True":
+                owner = next(
+                    (o for o in wl["metadata"].get("ownerReferences") or [] if o.get("kind") == "TrainJob"),
+                    None,
+                )
+                if owner is None or owner["name"] not in trainjobs:
+                    continue
+                job_id, attempt = trainjobs[owner["name"]]
+                preempted.append(
+                    {
+                        "workload": wl["metadata"]["name"],
+                        "job": job_id,
+                        "attempt": attempt,
+                        "message": evicted.get("message", "")[:200],
+                    }
+                )
+        time.sleep(0.1)
+    for p in preempted:
+        run.hit(p["job"], Hit("kueue-wave", "preempted", int(p["attempt"] or 0), run.t(), p["workload"]))
+    verified = bool(preempted) and high_entry is not None
+    return {
+        "verified": verified,
+        "summary": f"{len(accepted)} low, high {'accepted' if high_entry else 'NOT accepted'}; "
+        f"{len(preempted)} low Workload(s) preempted",
+        "evidence": {
+            "low": sorted(low_ids),
+            "high": high_entry.get("id") if high_entry else None,
+            "preempted": preempted,
+        },
+    }
+
+
+def kueue_setup(kube: Kube, namespace: str, names: Mapping[str, str]) -> None:
+    """A ClusterQueue of this run's own with room for one 2-GPU job, a LocalQueue in the run's namespace, and
+    two WorkloadPriorityClasses, so nothing is shared with other tests on the plane."""
+    group, version = "kueue.x-k8s.io", "v1beta2"
+    kube.custom.create_cluster_custom_object(
+        group,
+        version,
+        "resourceflavors",
+        {
+            "apiVersion": f"{group}/{version}",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": names["flavor"]},
+            "spec": {"nodeLabels": {"type": "kwok"}},
+        },
+    )
+    kube.custom.create_cluster_custom_object(
+        group,
+        version,
+        "clusterqueues",
+        {
+            "apiVersion": f"{group}/{version}",
+            "kind": "ClusterQueue",
+            "metadata": {"name": names["cq"]},
+            "spec": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "queueingStrategy": "BestEffortFIFO",
+                "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Never"},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                        "flavors": [
+                            {
+                                "name": names["flavor"],
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": "4"},
+                                    {"name": "memory", "nominalQuota": "16Gi"},
+                                    {"name": "nvidia.com/gpu", "nominalQuota": "2"},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+    )
+    for name, value in ((names["low"], 100), (names["high"], 1000)):
+        kube.custom.create_cluster_custom_object(
+            group,
+            version,
+            "workloadpriorityclasses",
+            {
+                "apiVersion": f"{group}/{version}",
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            },
+        )
+    kube.custom.create_namespaced_custom_object(
+        group,
+        version,
+        namespace,
+        "localqueues",
+        {
+            "apiVersion": f"{group}/{version}",
+            "kind": "LocalQueue",
+            "metadata": {"name": names["lq"], "namespace": namespace},
+            "spec": {"clusterQueue": names["cq"]},
+        },
+    )
+
+
+def kueue_teardown(kube: Kube, names: Mapping[str, str]) -> None:
+    group, version = "kueue.x-k8s.io", "v1beta2"
+    for plural, name in (
+        ("clusterqueues", names["cq"]),
+        ("resourceflavors", names["flavor"]),
+        ("workloadpriorityclasses", names["low"]),
+        ("workloadpriorityclasses", names["high"]),
+    ):
+        with contextlib.suppress(Exception):
+            kube.custom.delete_cluster_custom_object(group, version, plural, name)

@@ -1,0 +1,160 @@
+"""The chaos run's plan (pure): every job's kind, policy and moment, every fault's moment, all from the seed,
+so a failing run can be replayed."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+SUCCEEDS: Final = "succeeds"
+APP_ERROR: Final = "app-error"
+UNTIL_CANCELLED: Final = "runs-until-cancelled"
+LONG: Final = "long"
+KUEUE_LOW: Final = "kueue-low"
+KUEUE_HIGH: Final = "kueue-high"
+KIND_WEIGHTS: Final = {SUCCEEDS: 55, APP_ERROR: 10, UNTIL_CANCELLED: 20, LONG: 15}
+
+POLICIES: Final[dict[str, dict[str, Any]]] = {
+    "retry": {
+        "retry": {"preempted": 2, "evicted": 2, "node-lost": 2},
+        "backoff_seconds": {"preempted": 1, "evicted": 1, "node-lost": 1},
+        "budgets": {"infrastructure": 3},
+    },
+    "no-retry": {"retry": {"preempted": 0, "evicted": 0, "node-lost": 0}},
+}
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    index: int
+    kind: str
+    at: float  # seconds after the start of the load
+    policy: str  # a key of POLICIES
+    cancel_after: float | None = None
+    fail_rank: int | None = None
+    duration: float = 2.0
+    serves: str | None = None  # the fault this job is submitted for (its target)
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    at: float
+    fault: str
+    pick: int  # a seeded number the fault uses to choose among what it finds (worker, rank, ...)
+    targets: tuple[int, ...] = ()  # plan indexes of the jobs submitted for it
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    jobs: tuple[JobPlan, ...]
+    faults: tuple[FaultPlan, ...]
+    submit_phase: float
+    long_duration: float
+
+
+def make_plan(*, seed: int, jobs: int, short: bool, kueue: bool) -> RunPlan:
+    """Everything the run decides up front, from the seed. Pure.
+
+    Each eviction and the foreign pods get a `long` job of their own, submitted a few seconds before the
+    fault, and the node loss three (which of their pods the scheduler put on the lost node is seen at the
+    time); the other jobs are drawn by KIND_WEIGHTS."""
+    rng = random.Random(seed)
+    submit_phase = 30.0 if short else max(120.0, jobs * 0.6)
+    long_duration = 20.0 if short else 40.0
+    window = submit_phase + 20
+    kills = 1 if short else 8
+    evictions = 1 if short else 6
+    # The short run keeps its outages after the targeted faults' jobs started: a start message lost with Redis
+    # waits for the stale sweep (up to 2 min), longer than `make test` should. The full run mixes them.
+    outages = (20.0, window) if short else (3.0, window)
+    targeted = (8.0, 18.0) if short else (8.0, submit_phase)
+    faults = [FaultPlan(rng.uniform(3, window), "kill-worker", rng.randrange(1 << 30)) for _ in range(kills)]
+    # The three outages in separate thirds of their window.
+    third = (outages[1] - outages[0]) / 3
+    for n, what in enumerate(rng.sample(["redis", "postgres", "api-server"], 3)):
+        lo = outages[0] + n * third
+        faults.append(FaultPlan(rng.uniform(lo, lo + max(1.0, third - 10)), what, 0))
+    faults += [
+        FaultPlan(rng.uniform(*targeted), "eviction", rng.randrange(1 << 30)) for _ in range(evictions)
+    ]
+    faults.append(FaultPlan(rng.uniform(*targeted), "foreign-pods", rng.randrange(1 << 30)))
+    faults.append(
+        FaultPlan(rng.uniform(max(9.0, targeted[0]), targeted[1]), "node-loss", rng.randrange(1 << 30))
+    )
+    # The domain change ends every job still running on a build that supervises by the site's domain: in the
+    # short run it comes last, so the faults before it are judged on their own.
+    domain_at = (window * 0.75, window * 0.8) if short else (window * 0.3, window * 0.7)
+    faults.append(FaultPlan(rng.uniform(*domain_at), "label-domain", 0))
+    if kueue:
+        faults.append(FaultPlan(rng.uniform(3, window * 0.4), "kueue-wave", rng.randrange(1 << 30)))
+    faults = sorted((FaultPlan(round(f.at, 2), f.fault, f.pick) for f in faults), key=lambda f: f.at)
+
+    # The jobs the targeted faults need, then the rest. The node loss gets jobs that run until cancelled, the
+    # cancel well after the lost node's pods are gone: KWOK goes on playing the pods of a deleted Node until
+    # PodGC removes them (40-60 s), so a pod with an end of its own may simply finish there.
+    dedicated: list[tuple[str, float, int]] = []  # (kind, submit at, index of the fault it serves)
+    for number, f in enumerate(faults):
+        if f.fault in ("eviction", "foreign-pods"):
+            dedicated.append((LONG, max(0.0, f.at - 4), number))
+        elif f.fault == "node-loss":
+            dedicated += [(UNTIL_CANCELLED, max(0.0, f.at - lead), number) for lead in (9, 7, 5)]
+    dedicated = dedicated[:jobs]
+    kinds = list(KIND_WEIGHTS)
+    rest = rng.choices(kinds, weights=[KIND_WEIGHTS[k] for k in kinds], k=jobs - len(dedicated))
+    if short:  # every kind at least once, whatever the seed
+        for i, kind in enumerate(kinds[: len(rest)]):
+            rest[i] = kind
+    planned: list[tuple[str, float, int | None]] = [(kind, at, n) for kind, at, n in dedicated]
+    planned += [(kind, rng.uniform(0, submit_phase), None) for kind in rest]
+    rng.shuffle(planned)
+    plan = []
+    for i, (kind, at, serves) in enumerate(planned):
+        policy = rng.choice(sorted(POLICIES))
+        cancel_after: float | None = None
+        if kind == UNTIL_CANCELLED and serves is not None:  # the node loss's: cancelled after its effect
+            cancel_after = faults[serves].at - at + (90.0 if short else 120.0)
+        elif kind == UNTIL_CANCELLED:
+            cancel_after = rng.uniform(5.0, 25.0)
+        elif kind in (SUCCEEDS, APP_ERROR) and rng.random() < 0.1:
+            cancel_after = rng.uniform(0.0, 10.0)
+        plan.append(
+            JobPlan(
+                index=i,
+                kind=kind,
+                at=round(at, 2),
+                policy=policy,
+                cancel_after=None if cancel_after is None else round(cancel_after, 2),
+                fail_rank=rng.randrange(2) if kind == APP_ERROR else None,
+                duration=long_duration if kind == LONG else 2.0,
+                serves=None if serves is None else faults[serves].fault,
+            )
+        )
+    targets = {
+        n: [j.index for j, (_, _, s) in zip(plan, planned, strict=True) if s == n] for n in range(len(faults))
+    }
+    return RunPlan(
+        jobs=tuple(plan),
+        faults=tuple(FaultPlan(f.at, f.fault, f.pick, tuple(targets[n])) for n, f in enumerate(faults)),
+        submit_phase=submit_phase,
+        long_duration=long_duration,
+    )
+
+
+def job_body(item: JobPlan, namespace: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    env: dict[str, str] = {"KWOK_RUN_DURATION": f"{item.duration:g}s"}
+    if item.kind == APP_ERROR:
+        env |= {"KWOK_EXIT_CODE": "3", "KWOK_FAIL_RANK": str(item.fail_rank)}
+    if item.kind == UNTIL_CANCELLED:
+        env = {"KWOK_STAY_RUNNING": "1"}
+    return {
+        "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+        "namespace": namespace,
+        "image": "localhost/trainer:v1",
+        "num_nodes": 2,
+        "display_name": f"chaos {item.kind} #{item.index}",
+        "env": env,
+        "recovery_policy": POLICIES[item.policy],
+        **(extra or {}),
+    }

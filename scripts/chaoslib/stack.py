@@ -1,0 +1,290 @@
+"""The processes this run owns: its own PostgreSQL and Redis (on ports free at run time), and dispatch's web
+server, Celery workers, Celery beat and pod watch."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scripts.chaoslib.common import PY, REPO
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _pg_bin() -> Path:
+    found = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"),
+        key=lambda p: [int(x) for x in p.parent.name.split(".") if x.isdigit()],
+    )
+    if not found:
+        sys.exit("chaos: PostgreSQL is not installed (scripts/services up installs it)")
+    return found[-1]
+
+
+def _as_postgres(args: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *args] if os.geteuid() == 0 else args
+
+
+class OwnPostgres:
+    """A PostgreSQL server this run initialised in its own data directory and started itself."""
+
+    def __init__(self, data: Path, port: int) -> None:
+        self.data, self.port, self.bin = data, port, _pg_bin()
+        self.log = data / "server.log"
+
+    def init(self) -> None:
+        self.data.mkdir(parents=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.data, "postgres", "postgres")
+        subprocess.run(
+            _as_postgres(
+                [
+                    str(self.bin / "initdb"),
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                ]
+            ),
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        with (self.data / "postgresql.conf").open("a") as conf:
+            # Throwaway data: durability settings as the test services use (a fast shutdown is clean anyway).
+            conf.write(
+                f"listen_addresses = '127.0.0.1'\nport = {self.port}\n"
+                f"unix_socket_directories = '{self.data}'\n"
+                "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\nmax_connections = 200\n"
+            )
+
+    def start(self) -> int:
+        subprocess.run(
+            _as_postgres(
+                [
+                    str(self.bin / "pg_ctl"),
+                    "-D",
+                    str(self.data),
+                    "-l",
+                    str(self.log),
+                    "-w",
+                    "-t",
+                    "60",
+                    "start",
+                ]
+            ),
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        return self.pid()
+
+    def stop(self) -> None:
+        subprocess.run(
+            _as_postgres(
+                [str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "-t", "60", "stop"]
+            ),
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def pid(self) -> int:
+        return int((self.data / "postmaster.pid").read_text().splitlines()[0])
+
+    def answer(self) -> tuple[bool, str]:
+        """(True, data directory) when a server accepts a connection on our port; (False, the error)."""
+        import psycopg
+
+        try:
+            with psycopg.connect(
+                host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", connect_timeout=3
+            ) as conn:
+                row = conn.execute("SHOW data_directory").fetchone()
+                return True, str(row[0] if row else "")
+        except psycopg.OperationalError as exc:
+            return False, str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+
+    def create_database(self) -> None:
+        import psycopg
+
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True
+        ) as conn:
+            conn.execute("CREATE ROLE dispatch LOGIN CREATEDB PASSWORD 'dispatch'")
+            conn.execute("CREATE DATABASE dispatch OWNER dispatch")
+
+
+class OwnRedis:
+    """A Redis server this run started (foreground, so its pid is ours), nothing kept on disk."""
+
+    def __init__(self, directory: Path, port: int) -> None:
+        self.dir, self.port = directory, port
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> int:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            [
+                "redis-server",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--dir",
+                str(self.dir),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+                "--logfile",
+                str(self.dir / "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(100):
+            if self.ping()[0]:
+                break
+            time.sleep(0.1)
+        return self.process.pid
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def ping(self) -> tuple[bool, str]:
+        """(True, the answering server's process_id) or (False, the error)."""
+        import redis
+
+        try:
+            client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=2, socket_timeout=2)
+            client.ping()
+            return True, str(client.info("server").get("process_id"))
+        except redis.RedisError as exc:
+            return False, str(exc)
+
+
+@dataclass
+class Stack:
+    env: dict[str, str]
+    run_dir: Path
+    web_port: int
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    others: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    every_worker: list[tuple[int, subprocess.Popen[bytes]]] = field(default_factory=list)  # (index, process)
+    killed: set[int] = field(default_factory=set)  # pids this run SIGKILLed
+
+    def workers_that_exited(self) -> list[dict[str, Any]]:
+        """Workers that ended without this run killing them (a worker process should never exit)."""
+        ended = []
+        for index, process in self.every_worker:
+            if process.poll() is None or process.pid in self.killed:
+                continue
+            log_text = (self.run_dir / f"worker-{index}.log").read_text(errors="replace")
+            why = [line[:300] for line in log_text.splitlines() if "Unrecoverable error" in line]
+            ended.append({"worker": index, "pid": process.pid, "exit": process.returncode, "log": why[-3:]})
+        return ended
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        out = (self.run_dir / f"{name}.log").open("ab")
+        return subprocess.Popen(args, cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+
+    def start_worker(self, index: int) -> subprocess.Popen[bytes]:
+        process = self._spawn(
+            f"worker-{index}",
+            [
+                PY,
+                "-m",
+                "celery",
+                "-A",
+                "dispatch_site",
+                "worker",
+                "--pool",
+                "solo",
+                "--without-gossip",
+                "--without-mingle",
+                "--loglevel",
+                "INFO",
+                "-n",
+                f"chaos{index}-{uuid.uuid4().hex[:6]}@%h",
+            ],
+        )
+        if index < len(self.workers):
+            self.workers[index] = process
+        else:
+            self.workers.append(process)
+        self.every_worker.append((index, process))
+        return process
+
+    def start(self, workers: int, pod_watch: bool) -> None:
+        self.others.append(
+            self._spawn(
+                "web",
+                [
+                    PY,
+                    "-m",
+                    "gunicorn",
+                    "dispatch_site.wsgi:application",
+                    "--bind",
+                    f"127.0.0.1:{self.web_port}",
+                    "--workers",
+                    "2",
+                    "--timeout",
+                    "60",
+                ],
+            )
+        )
+        self.others.append(
+            self._spawn(
+                "beat",
+                [
+                    PY,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "dispatch_site",
+                    "beat",
+                    "--loglevel",
+                    "INFO",
+                    "-s",
+                    str(self.run_dir / "celerybeat-schedule"),
+                ],
+            )
+        )
+        if pod_watch:
+            self.others.append(self._spawn("supervise", [PY, "manage.py", "supervise"]))
+        for i in range(workers):
+            self.start_worker(i)
+
+    def stop(self) -> None:
+        for process in [*self.workers, *self.others]:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in [*self.workers, *self.others]:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
