@@ -217,6 +217,10 @@ class CacheSource:
         self._by_key: dict[Key, int] = {}
         self._per_namespace: dict[str, int] = {}  # tracked executions per namespace
         self._unsubmitted: set[int] = set()
+        # Executions being started (pending): their namespace and domain are watched already, so a pod that
+        # comes and goes before the start is recorded (an eviction in the first second) leaves its tombstone.
+        self._starting: dict[int, Tracked] = {}
+        self._starting_keys: dict[Key, int] = {}
         self._max_pk = 0
         self._resynced_at = 0.0
         self._dirty: set[Key] = set()
@@ -332,6 +336,9 @@ class CacheSource:
     def events_named(self, namespace: str, name_prefix: str) -> list[Mapping[str, Any]]:
         return _unique(i.by_index("prefix", name_prefix) for i in self._informers(namespace, EVENT))
 
+    def events_of_pod(self, namespace: str, name: str) -> list[Mapping[str, Any]]:
+        return _unique(i.by_index("pod", name) for i in self._informers(namespace, EVENT))
+
     def labelled(self, kind: str, domain: str, job_id: str, attempt: int) -> list[Mapping[str, Any]]:
         with self._lock:
             informers = [
@@ -408,27 +415,35 @@ class CacheSource:
         active: set[int] = set()
         for pk, job_id, attempt, name, state, submitted, job_state, namespace, domain, current in rows:
             self._max_pk = max(self._max_pk, pk)
-            if current != attempt:
+            if current > attempt:  # a later attempt took over
                 self._unsubmitted.discard(pk)
+                self._unexpect(pk)
                 continue
-            if state in SUPERVISED and job_state in SUPERVISED and submitted is not None:
+            # (The job's current_attempt reaches an attempt when its start is recorded: a pending attempt is
+            # ahead of it. Skipping those left a slow start unfollowed until the next full re-read, 60 s.)
+            if current == attempt and state in SUPERVISED and job_state in SUPERVISED and submitted is not None:
                 active.add(pk)
                 self._unsubmitted.discard(pk)
                 self._track(Tracked(pk, (job_id, attempt), namespace, name, domain or self._site_domain))
             elif state == JobState.PENDING and job_state in (*SUPERVISED, JobState.PENDING):
                 self._unsubmitted.add(pk)
+                self._expect(Tracked(pk, (job_id, attempt), namespace, name, domain or self._site_domain))
             else:
                 self._unsubmitted.discard(pk)
+                self._unexpect(pk)
         self._settle_unknown()
         if full:
             with self._lock:
                 gone = set(self._tracked) - active
+                left = set(self._starting) - self._unsubmitted
             for pk in gone:
                 self._untrack(pk)
+            for pk in left:
+                self._unexpect(pk)
             self._resynced_at = time.monotonic()
             self._forget_finished()
             self._stop_unused()
-            PodTombstone.objects.exclude(execution__state__in=SUPERVISED).delete()
+            PodTombstone.objects.exclude(execution__state__in=[*SUPERVISED, JobState.PENDING]).delete()
         return full
 
     def _settle_unknown(self) -> None:
@@ -455,13 +470,41 @@ class CacheSource:
         for watched in namespaces:
             _purge(watched, ended)
 
+    def _expect(self, item: Tracked) -> None:
+        """Watch for an execution being started (see _starting)."""
+        with self._lock:
+            if item.pk in self._tracked or item.pk in self._starting:
+                return
+            self._starting[item.pk] = item
+            self._starting_keys[item.key] = item.pk
+            self._per_namespace[item.namespace] = self._per_namespace.get(item.namespace, 0) + 1
+            self._watch(item.namespace, item.domain)
+
+    def _unexpect(self, pk: int) -> None:
+        with self._lock:
+            item = self._starting.pop(pk, None)
+            if item is None:
+                return
+            self._starting_keys.pop(item.key, None)
+            still = self._per_namespace[item.namespace] - 1
+            if still:
+                self._per_namespace[item.namespace] = still
+            else:
+                del self._per_namespace[item.namespace]
+        if not still:
+            self._stop_namespace(item.namespace)
+
     def _track(self, item: Tracked) -> None:
         with self._lock:
             if item.pk in self._tracked:
                 return
             self._tracked[item.pk] = item
             self._by_key[item.key] = item.pk
-            self._per_namespace[item.namespace] = self._per_namespace.get(item.namespace, 0) + 1
+            started = self._starting.pop(item.pk, None)
+            if started is not None:  # it keeps the namespace's watches it had while starting
+                self._starting_keys.pop(started.key, None)
+            else:
+                self._per_namespace[item.namespace] = self._per_namespace.get(item.namespace, 0) + 1
             self._finished.pop(item.key, None)
             self._dirty.add(item.key)
             self._watch(item.namespace, item.domain)
@@ -499,7 +542,7 @@ class CacheSource:
     def _stop_unused(self) -> None:
         """Informers of a domain no tracked execution of the namespace uses any more."""
         with self._lock:
-            used = {(t.namespace, t.domain) for t in self._tracked.values()}
+            used = {(t.namespace, t.domain) for t in [*self._tracked.values(), *self._starting.values()]}
             stale = [
                 (namespace, key)
                 for namespace, watched in self._namespaces.items()
@@ -533,6 +576,9 @@ class CacheSource:
                     # events_named: only Events without the UID of their object
                     "prefix": lambda e: [] if involved(e).get("uid") else [_event_prefix(e) or ""],
                     "trainjob": lambda e: [_event_prefix(e) or ""],
+                    "pod": lambda e: (
+                        [str(involved(e).get("name") or "")] if involved(e).get("kind") == POD else []
+                    ),
                 },
                 on_change=self._event_changed(namespace),
                 relist_seconds=self.relist_seconds,
@@ -618,7 +664,7 @@ class CacheSource:
         def deleted(pod: dict[str, Any]) -> None:
             key = label_key(pod, domain)
             with self._lock:
-                pk = self._by_key.get(key) if key else None
+                pk = (self._by_key.get(key) or self._starting_keys.get(key)) if key else None
                 if pk is not None:
                     self._dead.append((pk, pod))
 

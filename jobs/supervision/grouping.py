@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from jobs.naming import trainjob_name_prefix
+from jobs.supervision.status import disrupted_pods_named
 
 Obj = Mapping[str, Any]
 TRAINJOB, JOBSET, JOB, POD, EVENT = "TrainJob", "JobSet", "Job", "Pod", "Event"
@@ -47,6 +48,10 @@ class ObjectSource(Protocol):
 
     def events_named(self, namespace: str, name_prefix: str) -> list[Obj]:
         """Events without the UID of the object they are about, whose object name starts with name_prefix."""
+        ...
+
+    def events_of_pod(self, namespace: str, name: str) -> list[Obj]:
+        """Events about the pod of this name (any UID): a pod gone before it was read has only its name."""
         ...
 
     def labelled(self, kind: str, domain: str, job_id: str, attempt: int) -> list[Obj]: ...
@@ -144,6 +149,17 @@ def owned_objects(source: ObjectSource, item: Watched, also_about: Iterable[str]
             objects.extend(source.events_about(ns, object_uid))
     # An event without the object's UID (rare: some recorders leave it out), by the TrainJob-name prefix.
     objects.extend(source.events_named(ns, item.trainjob_name))
+    # A disrupted pod gone before any cycle read it: its Job's failure names it (a FailJob rule on
+    # DisruptionTarget), and its events (who took it, which node it ran on) are found by that name.
+    remembered = {str(p.get("name") or "") for p in item.memory.values()}
+    jobs = [o for o in chain if o.get("kind") == JOB]
+    for _, _, pod_name in disrupted_pods_named(jobs):
+        if pod_name in remembered or any(
+            meta(p).get("name") == pod_name for p in chain if p.get("kind") == POD
+        ):
+            continue
+        have = {uid(o) for o in objects if o.get("kind") == EVENT}
+        objects.extend(e for e in source.events_of_pod(ns, pod_name) if uid(e) not in have)
     # Strangers: the job's labels on an object outside the chain (any namespace the cycle read).
     for kind in LABELLED_KINDS:
         for obj in source.labelled(kind, item.domain, job_id, attempt):
@@ -173,6 +189,7 @@ class StaticIndex:
         self._owned: dict[tuple[str, str, str], list[Obj]] = {}
         self._events: dict[tuple[str, str], list[Obj]] = {}
         self._events_named: dict[tuple[str, str], list[Obj]] = {}
+        self._events_of_pod: dict[tuple[str, str], list[Obj]] = {}
         self._labelled: dict[tuple[str, str, str, int], list[Obj]] = {}
         domains = sorted(set(domains))
         for obj in objects:
@@ -181,6 +198,8 @@ class StaticIndex:
             if kind == EVENT:
                 ref = involved(obj)
                 about = str(ref.get("uid") or "")
+                if ref.get("kind") == POD:
+                    self._events_of_pod.setdefault((ns, str(ref.get("name", ""))), []).append(obj)
                 if about:
                     self._events.setdefault((ns, about), []).append(obj)
                     continue
@@ -207,6 +226,9 @@ class StaticIndex:
 
     def events_named(self, namespace: str, name_prefix: str) -> list[Obj]:
         return self._events_named.get((namespace, name_prefix), [])
+
+    def events_of_pod(self, namespace: str, name: str) -> list[Obj]:
+        return self._events_of_pod.get((namespace, name), [])
 
     def labelled(self, kind: str, domain: str, job_id: str, attempt: int) -> list[Obj]:
         return self._labelled.get((kind, domain, job_id, attempt), [])

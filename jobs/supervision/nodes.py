@@ -9,6 +9,17 @@ from typing import Any
 from cluster import gateway
 from cluster.errors import ClusterError, NotFound
 from jobs.supervision.grouping import Grouped, Watched
+from jobs.supervision.status import disrupted_pods_named, event_view, scheduled_node
+
+
+def nodes_of_unread_disruptions(objects: Sequence[Mapping[str, Any]]) -> set[str]:
+    """A disrupted pod gone before it was read, named by its Job's failure (a FailJob rule on
+    DisruptionTarget): the node its Scheduled event names."""
+    gone = {pod for _, _, pod in disrupted_pods_named(o for o in objects if o.get("kind") == "Job")}
+    if not gone:
+        return set()
+    events = [event_view(o) for o in objects if o.get("kind") == "Event"]
+    return {node for pod in gone if (node := scheduled_node(events, pod))}
 
 
 def needs_nodes(
@@ -16,8 +27,9 @@ def needs_nodes(
 ) -> set[str]:
     """The nodes an execution's derivation needs: those its pods ran on, once a pod is gone, being deleted or
     disrupted (only then can a node's loss explain it). A running execution needs none."""
-    names: set[str] = set()
-    needed = bool(dead)
+    objects = list(objects)
+    names = nodes_of_unread_disruptions(objects)
+    needed = bool(dead) or bool(names)
     for obj in objects:
         if obj.get("kind") != "Pod":
             continue
@@ -72,6 +84,8 @@ def read_nodes(
 def nodes_for(
     objects: Iterable[Mapping[str, Any]], memory: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]
 ) -> list[Any]:
+    objects = list(objects)
     names = {str((o.get("spec") or {}).get("nodeName") or "") for o in objects if o.get("kind") == "Pod"}
     names |= {str(p.get("node") or "") for p in memory.values()}
+    names |= nodes_of_unread_disruptions(objects)
     return [nodes[n] for n in sorted(names) if n and n in nodes]

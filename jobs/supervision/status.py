@@ -80,6 +80,13 @@ RUNTIME_NOT_FOUND: Final = re.compile(
 )
 _FIRST_FAILED_JOB: Final = re.compile(r"first failed job: ([a-z0-9.-]+)")
 _EXIT_CODE_IN_MESSAGE: Final = re.compile(r"Container (\S+) for pod (\S+) failed with exit code (\d+)")
+# A Job's failure when a runtime's podFailurePolicy FailJob rule on DisruptionTarget matched (platform teams
+# may add one): it names the pod after the pod is gone [K: pod_failure_policy.go, status-facts §3].
+DISRUPTION_IN_MESSAGE: Final = re.compile(
+    r"Pod (\S+)/(\S+) has condition DisruptionTarget matching FailJob rule"
+)
+# The scheduler's event on a pod it placed: which node a pod that is gone now ran on.
+_SCHEDULED_TO: Final = re.compile(r"Successfully assigned (\S+)/(\S+) to (\S+)")
 
 
 @dataclass(frozen=True)
@@ -311,7 +318,7 @@ class EventView:
     first: datetime | None = None
 
 
-def _event_view(event: Mapping[str, Any]) -> EventView:
+def event_view(event: Mapping[str, Any]) -> EventView:
     involved = _m(event.get("involvedObject")) or _m(event.get("regarding"))
     at = (
         parse_time(event.get("eventTime"))
@@ -706,7 +713,7 @@ def derive(
     nodes = {_name(n): n for n in by_kind.get("Node", [])}
     workloads = by_kind.get("Workload", [])
     events = sorted(
-        (_event_view(e) for e in by_kind.get("Event", [])),
+        (event_view(e) for e in by_kind.get("Event", [])),
         key=lambda e: e.at or datetime.min.replace(tzinfo=UTC),
     )
 
@@ -801,7 +808,9 @@ def derive(
             others = [e for f in current_failures if f is not first for e in f.evidence]
             fail(first.cause, _sentence(first, attempt), first.evidence + others + chain + aggregate, first)
             return
-        message_failure = _failure_from_job_messages(jobs)
+        message_failure = _failure_from_job_messages(jobs) or disruption_from_job_messages(
+            jobs, pod_events, nodes, ctx.unread_nodes
+        )
         if message_failure is not None:
             cause, text, ev, rank, code = message_failure
             fail(cause, text, ev + aggregate)
@@ -1299,6 +1308,83 @@ def _failure_from_job_messages(
             if cond.get("reason") == "DeadlineExceeded":
                 ev = [_ev(object_ref("Job", job), f"status.conditions[{kind}].reason", "DeadlineExceeded")]
                 return TIMEOUT, "a Job ran past its activeDeadlineSeconds", ev, None, None
+    return None
+
+
+def disrupted_pods_named(jobs: Iterable[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], str, str]]:
+    """(Job, condition type, pod name) for each Job whose failure names a disrupted pod."""
+    out = []
+    for job in jobs:
+        for kind in ("Failed", "FailureTarget"):
+            cond = _true(job, kind)
+            match = DISRUPTION_IN_MESSAGE.search(str(cond.get("message", ""))) if cond else None
+            if match:
+                out.append((job, kind, match.group(2)))
+                break
+    return out
+
+
+def scheduled_node(events: Iterable[EventView], pod_name: str) -> str:
+    """The node the scheduler placed this pod on, by its Scheduled event ("" when none is at hand)."""
+    for event in events:
+        match = _SCHEDULED_TO.search(event.message) if event.reason == "Scheduled" else None
+        if match and match.group(2) == pod_name:
+            return match.group(3)
+    return ""
+
+
+def disruption_from_job_messages(
+    jobs: Sequence[Mapping[str, Any]],
+    pod_events: Mapping[str, Sequence[EventView]],
+    nodes: Mapping[str, Mapping[str, Any]],
+    unread_nodes: frozenset[str] = frozenset(),
+) -> tuple[str, str, list[dict[str, Any]], int | None, int | None] | None:
+    """A disrupted pod that was gone before supervision saw it, from the Job's failure (a FailJob rule on
+    DisruptionTarget in the runtime). Who took it comes from what outlives a pod: its events (the
+    scheduler's Preempted, the taint manager's TaintManagerEviction, the kubelet's Evicted) and the node its
+    Scheduled event names (gone or unreachable: node-lost). With none of these it was the Eviction API, the
+    one disruption that leaves no other trace (status-facts §1.2)."""
+    for job, kind, pod_name in disrupted_pods_named(jobs):
+        cond = _true(job, kind) or {}
+        ev = [
+            _ev(
+                object_ref("Job", job),
+                f"status.conditions[{kind}].message",
+                cond.get("message"),
+                cond.get("lastTransitionTime"),
+            )
+        ]
+        index = pod_name.removeprefix(f"{_name(job)}-").split("-")[0]
+        rank = _int(index) if pod_name.startswith(f"{_name(job)}-") else None
+        events = pod_events.get(pod_name, [])
+        ref = f"Pod {pod_name}"
+        cause, how = EVICTED, "evicted: no preemption, taint eviction or lost node is recorded for it"
+        for event in events:
+            if event.reason == "Preempted":
+                cause, how = PREEMPTED, "preempted by the scheduler"
+                ev.append(_ev(ref, "event[Preempted]", event.message, event.at))
+                break
+            if event.reason == "Evicted":
+                cause, how = EVICTED, "evicted by the kubelet"
+                ev.append(_ev(ref, "event[Evicted]", event.message, event.at))
+                break
+            if event.reason == "TaintManagerEviction" and event.message.startswith("Marking for deletion"):
+                ev.append(_ev(ref, "event[TaintManagerEviction]", event.message, event.at))
+                cause, how = EVICTED, "evicted for a NoExecute taint"
+                break
+        node = scheduled_node(events, pod_name)
+        if cause == EVICTED and node and (node in nodes or node not in unread_nodes):
+            # needs_nodes (jobs.supervision.nodes) asked for this node: absent means deleted.
+            lost, node_ev = _node_lost(node, nodes, unread_nodes)
+            if lost:
+                cause, how = NODE_LOST, f"its node {node} is gone or unreachable"
+                ev += node_ev
+        who = f"rank {rank}" if rank is not None else f"pod {pod_name}"
+        text = (
+            f"{who} was disrupted ({how}); the pod was gone before dispatch read it, "
+            f"and Job {_name(job)}'s failure names it"
+        )
+        return cause, text, ev, rank, None
     return None
 
 

@@ -162,6 +162,28 @@ def _preempt(kube: Any, namespace: str, node: str) -> str:
             "value": 1000000,
         }
     )
+    # The Priority admission plugin reads PriorityClasses through its informer, which may not have seen the
+    # new one yet ("no PriorityClass with name ... was found", a 403 seen under load): try again briefly.
+    wait_for(
+        lambda: _create_preemptor(kube, namespace, node, priority),
+        timeout=15,
+        interval=0.2,
+        what=f"the preemptor pod admitted with PriorityClass {priority}",
+    )
+    return priority
+
+
+def _create_preemptor(kube: Any, namespace: str, node: str, priority: str) -> bool:
+    try:
+        _preemptor(kube, namespace, node, priority)
+    except client.ApiException as exc:
+        if exc.status == 403 and "no PriorityClass with name" in str(exc.body):
+            return False
+        raise
+    return True
+
+
+def _preemptor(kube: Any, namespace: str, node: str, priority: str) -> None:
     kube.core.create_namespaced_pod(
         namespace,
         {
@@ -190,7 +212,6 @@ def _preempt(kube: Any, namespace: str, node: str) -> str:
             },
         },
     )
-    return priority
 
 
 @pytest.mark.django_db

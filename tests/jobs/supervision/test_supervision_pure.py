@@ -358,3 +358,94 @@ def test_a_kueue_workload_counts_when_the_trainjob_owns_it() -> None:
         StaticIndex([*objects, theirs], ["dispatch.dev"]), watched, now=now, thresholds=Thresholds()
     )
     assert only_theirs[(JOB, 1)].cause is None and only_theirs[(JOB, 1)].deactivate is None
+
+
+# ---------------------------------------------------------------- a disrupted pod no cycle ever read
+
+POD_NAME = f"{NAME}-node-0-1-abcde"
+
+
+def _event(reason: str, message: str, uid: str) -> dict[str, Any]:
+    return {
+        "kind": "Event",
+        "metadata": {"name": f"{POD_NAME}.{uid}", "namespace": NS, "uid": uid},
+        "involvedObject": {"kind": "Pod", "name": POD_NAME, "namespace": NS, "uid": "pod-never-seen"},
+        "reason": reason,
+        "message": message,
+        "lastTimestamp": "2026-11-30T10:00:05Z",
+    }
+
+
+def _named_by_the_job(events: list[dict[str, Any]]) -> StaticIndex:
+    """The Job failed through a runtime's FailJob rule on DisruptionTarget; the pod is gone, never read."""
+    observed = _observed()
+    objects = [o for key in observed._named.values() for o in key]
+    for obj in objects:
+        if obj["kind"] == "Job":
+            obj["status"]["conditions"] = [
+                {
+                    "type": "FailureTarget",
+                    "status": "True",
+                    "reason": "PodFailurePolicy",
+                    "message": (
+                        f"Pod {NS}/{POD_NAME} has condition DisruptionTarget matching FailJob rule at index 0"
+                    ),
+                }
+            ]
+    return StaticIndex([*objects, *events], ["dispatch.dev"])
+
+
+def _never_read(events: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> Any:
+    watched = [Watched(key=(JOB, 1), namespace=NS, trainjob_name=NAME, memory={}, identity_warned=False)]
+    source = _named_by_the_job(events)
+    statuses = derive_all(
+        source,
+        watched,
+        now=datetime(2026, 11, 30, 10, 0, 8, tzinfo=UTC),
+        thresholds=Thresholds(),
+        tombstones={},
+        nodes=nodes,
+    )
+    return statuses[(JOB, 1)]
+
+
+SCHEDULED = _event("Scheduled", f"Successfully assigned {NS}/{POD_NAME} to kwok-node-0", "ev-scheduled")
+
+
+def test_a_disrupted_pod_gone_before_any_cycle_read_it_is_evicted_on_the_right_rank() -> None:
+    """The Eviction API leaves no event: the Job's failure names the pod, and nothing else took it."""
+    status = _never_read([SCHEDULED], NODES)
+    assert (status.state, status.cause, status.rank) == ("failed", "evicted", 1)
+    assert "Job jabcdefghij-1-node-0's failure names it" in status.message
+    assert any("DisruptionTarget matching FailJob" in str(e["value"]) for e in status.evidence)
+
+
+def test_without_the_jobs_words_the_same_gone_pod_is_still_unexplained() -> None:
+    """A Job that failed with BackoffLimitExceeded (no rule could be added to its runtime) says nothing."""
+    watched = [Watched(key=(JOB, 1), namespace=NS, trainjob_name=NAME, memory={}, identity_warned=False)]
+    status = derive_all(
+        StaticIndex([*[o for v in _observed()._named.values() for o in v], SCHEDULED], ["dispatch.dev"]),
+        watched,
+        now=datetime(2026, 11, 30, 10, 0, 8, tzinfo=UTC),
+        thresholds=Thresholds(),
+        tombstones={},
+        nodes=NODES,
+    )[(JOB, 1)]
+    assert (status.state, status.cause) == ("failed", "unknown-failure")
+
+
+def test_the_schedulers_preempted_event_makes_the_gone_pod_preempted() -> None:
+    preempted = _event("Preempted", "Preempted by pod 1234 on node kwok-node-0", "ev-preempted")
+    status = _never_read([SCHEDULED, preempted], NODES)
+    assert (status.state, status.cause, status.rank) == ("failed", "preempted", 1)
+
+
+def test_the_node_its_scheduled_event_names_is_read_and_when_gone_it_is_node_lost() -> None:
+    from jobs.supervision.nodes import needs_nodes
+
+    source = _named_by_the_job([SCHEDULED])
+    objects = [o for v in source._named.values() for o in v] + source.events_of_pod(NS, POD_NAME)
+    assert needs_nodes(objects, {}, []) == {"kwok-node-0"}  # the cycle reads that node by name
+    status = _never_read([SCHEDULED], [])  # ... and it was not found
+    assert (status.state, status.cause, status.rank) == ("failed", "node-lost", 1)
+    assert "kwok-node-0" in status.message

@@ -37,6 +37,7 @@ from tests.jobs.supervision.support import (
     body,
     get,
     pods_of,
+    running_pods,
     supervise_until,
     supervisor_process,
     transitions,
@@ -250,6 +251,73 @@ def test_finished_executions_leave_the_cache_and_an_idle_namespace_is_not_watche
         wait_for(lambda: source.active() == 0, timeout=30, what="nothing tracked")
         wait_for(lambda: source.informer_count() == 0, timeout=30, what="the namespace no longer watched")
         assert source.cached_objects() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pod_evicted_before_its_start_was_recorded_still_reads_evicted(
+    submitter: tuple[User, str], namespace: str, runtime_on: Any, kube: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 200-job chaos run failed five evicted jobs as `unknown-failure` (never retried): under load the
+    start task had created the TrainJob but not yet recorded it when a rank was evicted and its pod went. The
+    watch saw the pod go, but no followed execution owned it, so its last state (the DisruptionTarget) was
+    dropped. The supervisor now watches an execution's namespace and label domain while it is being started,
+    and keeps such a pod's tombstone. Here the start is held between the TrainJob's create and its record (a
+    paused call, released by the test) while a rank is evicted and its pod goes."""
+    from jobs.submission import start
+
+    runtime_on(None)
+    reached, release = threading.Event(), threading.Event()
+    real = start.own_copy
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        reached.set()
+        assert release.wait(90), "the test never released the start"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(start, "own_copy", held)
+    posted: dict[str, str] = {}
+    poster = threading.Thread(
+        target=lambda: posted.setdefault("id", _post(submitter[1], namespace, {"KWOK_STAY_RUNNING": "1"}))
+    )
+    with watching() as (source, _):
+        poster.start()
+        try:
+            assert reached.wait(60), "the start never created its TrainJob"
+            job = Job.objects.get(namespace=namespace)
+            assert Execution.objects.get(job=job, attempt=1).submitted_at is None  # not recorded: held
+            # The supervisor watches the namespace's pods before the start is recorded ...
+            wait_for(
+                lambda: any(i.synced.is_set() for i in source._informers(namespace, "Pod")),
+                timeout=30,
+                what="the namespace's pods watched while the job starts",
+            )
+            victim = sorted(running_pods(kube, namespace, job.id), key=lambda p: p.metadata.name)[0]
+            _evict(kube, namespace, victim)
+            wait_for(
+                lambda: victim.metadata.uid not in {p.metadata.uid for p in pods_of(kube, namespace, job.id)},
+                timeout=30,
+                what="the evicted pod gone",
+            )
+            assert Execution.objects.get(job=job, attempt=1).submitted_at is None  # ... and it went meanwhile
+        finally:
+            release.set()
+            poster.join(60)
+        assert posted.get("id") == job.id
+        wait_for(
+            lambda: (
+                Execution.objects.get(job=job, attempt=1).state
+                not in (JobState.PENDING, JobState.QUEUED, JobState.RUNNING)
+            ),
+            timeout=60,
+            what="attempt 1 judged",
+        )
+    execution = Execution.objects.get(job=job, attempt=1)
+    assert (execution.state, execution.cause) == ("failed", "evicted"), (
+        execution.message,
+        execution.evidence,
+    )
+    assert execution.rank == int(victim.metadata.labels["batch.kubernetes.io/job-completion-index"])
+    assert any("EvictionByEvictionAPI" in str(e["value"]) for e in execution.evidence)
 
 
 # ---------------------------------------------------------------- two supervisors (a rolling update)
