@@ -10,9 +10,11 @@ client (tests.support.kueue: its Recorder watches the namespace's pods), never w
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +30,7 @@ from runtimes.models import AllowListEntry, SiteSettings
 from tests.jobs.observability.test_metrics import samples, scrape
 from tests.jobs.supervision.support import supervise_until, wait_job
 from tests.jobs.supervision.test_watches import watching
-from tests.support.cluster import Kube, KueueQueue
+from tests.support.cluster import REPO, Kube, KueueQueue
 from tests.support.dispatch import GROUP, VERSION
 from tests.support.kueue import (
     KUEUE,
@@ -355,6 +357,87 @@ def test_kueue_preemption_ends_attempt_1_for_good_and_attempt_2_runs_as_a_new_tr
     finally:
         for callback in held:
             callback()
+        recorder.stop()
+
+
+def _kueue_log() -> str:
+    state = Path(os.environ.get("DISPATCH_CLUSTER_STATE", REPO / "var" / "cluster"))
+    return (state / "logs" / "kueue.log").read_text(errors="replace")
+
+
+def test_while_dispatch_sees_nothing_kueue_cannot_admit_a_preempted_attempt_again(
+    kube: Kube,
+    kueue_queue: KueueQueue,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """`make chaos` (200 jobs) saw ranks run twice: Kueue preempted attempt 1 while dispatch could not reach
+    the API server (30 s), then re-admitted the same Workload, which resumed the same TrainJob, before
+    dispatch could deactivate it. The admission guard's Kueue policy (deploy/guard/kueue.yaml, which
+    scripts/cluster installs with Kueue) refuses in the API server the status update that would admit an
+    evicted dispatch Workload again. Here no supervision cycle runs between the preemption and the end: Kueue
+    tries to admit attempt 1 again once the quota is free (its refusal is in Kueue's own log), no pod of
+    attempt 1 runs again (the test's own pod watch), and when dispatch looks again attempt 1 is `preempted`
+    and attempt 2 runs as a new TrainJob."""
+    ns = kueue_queue.namespace
+    token = submitter[1]
+    _allow_priorities(ns)
+    recorder = Recorder(kube, ns).start()
+    try:
+        body = _body(
+            kueue_queue,
+            priority_class="dispatch-low",
+            env={"KWOK_STAY_RUNNING": "1"},
+            recovery_policy={"retry": {"preempted": 1}, "backoff_seconds": {"preempted": 0}},
+        )
+        job_id = _submit(token, body, django_capture_on_commit_callbacks)
+        supervise_until(token, job_id, lambda d: d["state"] == "running", what="the low job running")
+        first = _trainjob(kube, ns, f"{job_id}-1")
+        first_pods = set(_pods_of_attempt(recorder, job_id, 1))
+        assert len(first_pods) == 2, first_pods
+        log_before = len(_kueue_log())
+
+        # dispatch is away from here on: no cycle runs.
+        high = queued_trainjob(
+            kube, kueue_queue, "high", env={"KWOK_RUN_DURATION": "3s"}, priority="dispatch-high", gpus=True
+        )
+        wait_workload(kube, first, lambda w: is_true(w, "Evicted", "Preempted"), "attempt 1 preempted")
+        wait_workload(kube, high, lambda w: is_true(w, "Finished", "Succeeded"), "high finished", timeout=60)
+        first_wl = (workload_of(kube, first) or {})["metadata"]["name"]
+
+        def refused() -> bool:
+            tail = _kueue_log()[log_before:]
+            return f"{first_wl} was evicted before (" in tail
+
+        def rerun() -> set[str]:
+            return set(_pods_of_attempt(recorder, job_id, 1)) - first_pods
+
+        # The interleaving: the quota is free and Kueue tried to admit attempt 1 again (refused) ...
+        wait_for(
+            "Kueue's try to admit attempt 1 again, refused", lambda: refused() or bool(rerun()), timeout=90
+        )
+        assert rerun() == set(), f"attempt 1 ran again under the same identity: {sorted(rerun())}"
+        assert refused()
+        # ... and stays refused: not admitted, no pod of attempt 1 (Kueue retries with a backoff).
+        wait_for(
+            "another refused try",
+            lambda: _kueue_log()[log_before:].count(f"{first_wl} was evicted before (") >= 2 or bool(rerun()),
+        )
+        assert not _admitted(workload_of(kube, first) or {})
+        assert rerun() == set(), f"attempt 1 ran again under the same identity: {sorted(rerun())}"
+
+        # dispatch looks again: the eviction it did not see ends attempt 1, attempt 2 is a new TrainJob.
+        with django_capture_on_commit_callbacks(execute=True):
+            done = supervise_until(
+                token,
+                job_id,
+                lambda d: d["current_attempt"] == 2 and d["state"] == "running",
+                timeout=120,
+                what="attempt 2 running",
+            )
+        assert done["executions"][0]["cause"] == "preempted", done["executions"]
+        assert rerun() == set(), f"attempt 1 ran again: {sorted(rerun())}"
+    finally:
         recorder.stop()
 
 
