@@ -32,6 +32,7 @@ from kubernetes.client.rest import ApiException
 from scripts.kueue_reads import Source, condition, start_watches
 from scripts.kueue_reads import is_true as is_true  # re-exported: the Kueue tests import it from here
 from tests.support.cluster import Kube, KueueQueue
+from tests.support.dispatch import job_body
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
@@ -80,6 +81,16 @@ def queued_trainjob(
 def get_trainjob(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
     obj: dict[str, Any] = kube.custom.get_namespaced_custom_object(*TRAINER, namespace, "trainjobs", name)
     return obj
+
+
+def queue_job_body(queue: KueueQueue, **extra: Any) -> dict[str, Any]:
+    """A POST /api/v1/jobs body on dispatch-kind in `queue`, one GPU per node (a 2-node job takes the whole
+    quota), with `extra` fields."""
+    return job_body(queue.namespace, queue_name=queue.name, resources_per_node=ONE_GPU_PER_NODE) | extra
+
+
+def admitted(workload: dict[str, Any]) -> bool:
+    return is_true(workload, "QuotaReserved") and is_true(workload, "Admitted")
 
 
 def workload_name(trainjob_name: str, trainjob_uid: str) -> str:
