@@ -49,8 +49,10 @@ from scripts.bench_common import (
     cleanup_django,
     cluster_kubeconfig,
     free_port,
+    gunicorn_command,
     log,
     redis_url,
+    server_env,
     setup_django,
     wait_http,
     wrk,
@@ -62,38 +64,13 @@ def server_bench() -> list[dict[str, Any]]:
         log("installing wrk (Debian package) ...")
         subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=True, capture_output=True)
     kubeconfig = cluster_kubeconfig()
-    env = {
-        "DATABASE_URL": os.environ.get(
-            "DATABASE_URL", "postgres://dispatch:dispatch@127.0.0.1:25432/dispatch"
-        ),
-        "REDIS_URL": redis_url(),
-        "KUBECONFIG": kubeconfig,
-        "LOG_LEVEL": "WARNING",
-        # One bench user sends hundreds of requests a second: the per-user API throttle would cap it.
-        "THROTTLE_API_USER": "off",
-        # As in production: DEBUG off (Django then keeps no per-query log); plain HTTP on 127.0.0.1.
-        "DEBUG": "false",
-        "SECRET_KEY": "bench-only-not-a-secret-0123456789-abcdefghijklmnopqrstuvwxyz",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",  # testserver: the dashboard bench's test client
-        "SECURE_SSL_REDIRECT": "false",
-        "SECURE_HSTS_SECONDS": "0",
-    }
+    database_url = os.environ.get("DATABASE_URL", "postgres://dispatch:dispatch@127.0.0.1:25432/dispatch")
+    env = server_env(database_url, kubeconfig)
     token = setup_django(env)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
-        [
-            str(PY.parent / "gunicorn"),
-            "dispatch_site.wsgi:application",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            str(GUNICORN_WORKERS),
-            "--threads",
-            str(GUNICORN_THREADS),
-            "--log-level",
-            "warning",
-        ],
+        gunicorn_command(port, GUNICORN_WORKERS, GUNICORN_THREADS),
         cwd=REPO,
         env=os.environ | env,
     )

@@ -144,3 +144,78 @@ def wait_http(url: str, timeout: float = 30) -> None:
         except OSError:
             time.sleep(0.2)
     sys.exit(f"server did not answer {url}")
+
+
+# ---------------------------------------------------------------- starting the servers the benches measure
+
+BENCH_SECRET_KEY = "bench-only-not-a-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
+
+
+def server_env(
+    database_url: str, kubeconfig: str, *, allowed_hosts: str = "127.0.0.1,localhost,testserver"
+) -> dict[str, str]:
+    """The environment of the dispatch processes a bench starts (web, worker, supervisor)."""
+    return {
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url(),
+        "KUBECONFIG": kubeconfig,
+        "LOG_LEVEL": "WARNING",
+        # One bench user sends hundreds of requests a second: the per-user API throttle would cap it.
+        "THROTTLE_API_USER": "off",
+        # As in production: DEBUG off (Django then keeps no per-query log); plain HTTP on 127.0.0.1.
+        "DEBUG": "false",
+        "SECRET_KEY": BENCH_SECRET_KEY,
+        # testserver (the default): the dashboard bench's test client
+        "ALLOWED_HOSTS": allowed_hosts,
+        "SECURE_SSL_REDIRECT": "false",
+        "SECURE_HSTS_SECONDS": "0",
+    }
+
+
+def gunicorn_command(port: int, workers: int, threads: int | None = None) -> list[str]:
+    """gunicorn serving dispatch on 127.0.0.1:`port` (sync workers; `threads` each when given)."""
+    return [
+        str(PY.parent / "gunicorn"),
+        "dispatch_site.wsgi:application",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        str(workers),
+        *(["--threads", str(threads)] if threads is not None else []),
+        "--log-level",
+        "warning",
+    ]
+
+
+def celery_worker_command(concurrency: int, name: str, prefetch: str = "") -> list[str]:
+    """A Celery worker of dispatch's (threads pool, `concurrency` threads), named `name` (e.g. bench0@%h)."""
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "dispatch_site",
+        "worker",
+        "--pool",
+        "threads",
+        "--concurrency",
+        str(concurrency),
+        *(["--prefetch-multiplier", prefetch] if prefetch else []),
+        "--without-gossip",
+        "--without-mingle",
+        "-n",
+        name,
+        "--loglevel",
+        "WARNING",
+    ]
+
+
+def migrated_django() -> None:
+    """Django set up on the environment's settings and its database migrated."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dispatch_site.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)

@@ -23,6 +23,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from scripts.bench_common import migrated_django  # noqa: E402 - needs the repository on sys.path first
+
 SMALL, LARGE = 100, 100_000
 REPEAT = int(os.environ.get("BENCH_DASHBOARD_REPEAT", "15"))
 OWNER = "bench-dashboard"
@@ -49,16 +51,6 @@ STATES = [
 
 def log(message: str) -> None:
     print(f"[bench dashboard] {message}", file=sys.stderr, flush=True)
-
-
-def _setup() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dispatch_site.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def _users() -> tuple[Any, Any]:
@@ -184,7 +176,7 @@ def _job_with(owner: Any, attempts: int, ranks: int) -> str:
 
 def run() -> dict[str, Any]:
     """The figures; the caller (scripts/bench.py) has set DATABASE_URL and friends, or we read them here."""
-    _setup()
+    migrated_django()
     from django.test import Client
 
     from jobs.models import Job

@@ -29,524 +29,51 @@ makes every supervision cycle start 1 s late, a deliberate fault the figure must
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
 import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-NAMESPACE = "bench-kueue"
-CLUSTER_QUEUE = "bench-kueue"
-LOCAL_QUEUE = "bench"
-USER = "bench-kueue"
-ROUNDS = int(os.environ.get("BENCH_KUEUE_ROUNDS", "7"))
-FAULT = os.environ.get("BENCH_KUEUE_FAULT", "")
-FAULT_DELAY = 1.0  # slowcycle: seconds each supervision cycle waits before it reads anything
-TARGET = 1.2
-RANKS = 2
-GPU_PER_NODE = {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
-QUOTA_GPUS = "2"  # exactly one job's
-RUNTIME = "dispatch-kind"
-IMAGE = "localhost/trainer:v1"
-POLL = float(os.environ.get("BENCH_KUEUE_POLL", "0.02"))  # the dispatch side's GET period (s)
-SETTLE = 1.0  # seconds the subject waits queued (all quiet) before the blocker goes
-KUEUE = ("kueue.x-k8s.io", "v1beta2")
-TRAINER = ("trainer.kubeflow.org", "v1alpha1")
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
-
-
-class Skip(Exception):
-    """Kueue is not on the plane: the section is skipped with this message."""
-
-
-def _log(message: str) -> None:
-    print(f"[bench kueue] {message}", file=sys.stderr, flush=True)
-
-
-# ---------------------------------------------------------------- the cluster side
-
-
-def _apis(kubeconfig: str) -> tuple[Any, Any, Any]:
-    from kubernetes import client, config
-
-    configuration = client.Configuration()
-    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    api = client.ApiClient(configuration)
-    return api, client.CustomObjectsApi(api), client.CoreV1Api(api)
-
-
-def kueue_on_plane(api: Any) -> str:
-    """'' when Kueue serves and runs on the plane, else why not (the section's skip message)."""
-    from kubernetes import client
-
-    try:
-        groups = client.ApisApi(api).get_api_versions().groups
-    except client.ApiException as exc:
-        return f"the API server did not list its API groups ({exc.status})"
-    if not any(g.name == KUEUE[0] and any(v.version == KUEUE[1] for v in g.versions) for g in groups):
-        return f"no {KUEUE[0]}/{KUEUE[1]} API on the plane (start it with `scripts/cluster up --kueue`)"
-    hooks = client.AdmissionregistrationV1Api(api).list_mutating_webhook_configuration().items
-    if not any(h.metadata and h.metadata.name == "kueue-mutating-webhook-configuration" for h in hooks):
-        return "Kueue's CRDs are there but its webhooks are not registered (`scripts/cluster up --kueue`)"
-    return ""
-
-
-def local_kubeconfig() -> Path:
-    """The local control plane's admin kubeconfig (scripts/cluster's state directory)."""
-    state = Path(os.environ.get("DISPATCH_CLUSTER_STATE", str(REPO / "var" / "cluster")))
-    return state / "admin.kubeconfig"
-
-
-def kueue_up(kubeconfig: str) -> bool:
-    """On the local control plane without Kueue: `scripts/cluster up --kueue` (as the Kueue tests' fixture
-    does); True when this started it (the caller stops it again with kueue_down, so the other sections run
-    on the plane they always ran on). Another cluster is left as it is."""
-    api, _, _ = _apis(kubeconfig)
-    try:
-        if not kueue_on_plane(api):
-            return False
-    finally:
-        api.close()
-    if Path(kubeconfig).resolve() != local_kubeconfig().resolve():
-        return False
-    _log("starting Kueue on the local control plane (scripts/cluster up --kueue) ...")
-    up = subprocess.run(
-        [str(REPO / "scripts" / "cluster"), "up", "--kueue"], capture_output=True, text=True, check=False
-    )
-    if up.returncode != 0:
-        _log(f"scripts/cluster up --kueue failed (the section will be skipped):\n{up.stderr[-2000:]}")
-        return False
-    return True
-
-
-def kueue_down() -> None:
-    subprocess.run([str(REPO / "scripts" / "cluster"), "down", "--kueue"], capture_output=True, check=False)
-
-
-def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_:
-            return dict(cond)
-    return None
-
-
-def _true(obj: dict[str, Any], type_: str) -> bool:
-    cond = _condition(obj, type_)
-    return bool(cond and cond.get("status") == "True")
-
-
-def _ensure_queue(api: Any, custom: Any, core: Any) -> None:
-    """The bench's namespace, ClusterQueue (quota: one job) and LocalQueue; waits for Kueue to make the
-    ClusterQueue Active (only a running Kueue does), else Skip."""
-    from kubernetes import client
-
-    from scripts.bench_sessions import _ensure_namespace
-
-    _ensure_namespace(core, NAMESPACE)
-    flavors = custom.list_cluster_custom_object(*KUEUE, "resourceflavors")["items"]
-    if not any(f["metadata"]["name"] == "dispatch-kwok" for f in flavors):
-        raise Skip(
-            "no ResourceFlavor dispatch-kwok (scripts/k8s/kueue-queues.yaml, `scripts/cluster up --kueue`)"
-        )
-    cq = {
-        "apiVersion": "/".join(KUEUE),
-        "kind": "ClusterQueue",
-        "metadata": {"name": CLUSTER_QUEUE},
-        "spec": {
-            "namespaceSelector": {
-                "matchLabels": {"kubernetes.io/metadata.name": NAMESPACE},
-            },
-            "queueingStrategy": "BestEffortFIFO",
-            "resourceGroups": [
-                {
-                    "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                    "flavors": [
-                        {
-                            "name": "dispatch-kwok",
-                            "resources": [
-                                {"name": "cpu", "nominalQuota": "4"},
-                                {"name": "memory", "nominalQuota": "16Gi"},
-                                {"name": "nvidia.com/gpu", "nominalQuota": QUOTA_GPUS},
-                            ],
-                        }
-                    ],
-                }
-            ],
-        },
-    }
-    lq = {
-        "apiVersion": "/".join(KUEUE),
-        "kind": "LocalQueue",
-        "metadata": {"name": LOCAL_QUEUE},
-        "spec": {"clusterQueue": CLUSTER_QUEUE},
-    }
-    for create in (
-        lambda: custom.create_cluster_custom_object(*KUEUE, "clusterqueues", cq),
-        lambda: custom.create_namespaced_custom_object(*KUEUE, NAMESPACE, "localqueues", lq),
-    ):
-        try:
-            create()
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        got = custom.get_cluster_custom_object(*KUEUE, "clusterqueues", CLUSTER_QUEUE)
-        local = custom.get_namespaced_custom_object(*KUEUE, NAMESPACE, "localqueues", LOCAL_QUEUE)
-        if _true(got, "Active") and _true(local, "Active"):
-            return
-        time.sleep(0.2)
-    raise Skip(f"Kueue did not make ClusterQueue {CLUSTER_QUEUE} Active within 20 s: is Kueue running?")
-
-
-def _bare_trainjob(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "/".join(TRAINER),
-        "kind": "TrainJob",
-        "metadata": {"name": name, "labels": {QUEUE_LABEL: LOCAL_QUEUE}},
-        "spec": {
-            "runtimeRef": {"name": RUNTIME},
-            "trainer": {
-                "numNodes": RANKS,
-                "image": IMAGE,
-                "env": [{"name": "KWOK_STAY_RUNNING", "value": "1"}],
-                "resourcesPerNode": GPU_PER_NODE,
-            },
-        },
-    }
-
-
-class Watches:
-    """The bench's own watches of the namespace's Workloads and Pods: every event with the monotonic time it
-    arrived (a list, then a watch from its resourceVersion, so nothing after start() is missed)."""
-
-    def __init__(self, api: Any, custom: Any, core: Any) -> None:
-        self.api, self.custom, self.core = api, custom, core
-        self.events: list[tuple[float, str, str, dict[str, Any]]] = []  # (at, kind, type, object)
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self.errors: list[BaseException] = []
-
-    def start(self) -> Watches:
-        sources: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = [
-            ("Workload", self.custom.list_namespaced_custom_object, (*KUEUE, NAMESPACE, "workloads")),
-            ("Pod", self.core.list_namespaced_pod, (NAMESPACE,)),
-        ]
-        ready = threading.Barrier(len(sources) + 1)
-        for kind, lister, args in sources:
-            thread = threading.Thread(target=self._watch, args=(kind, lister, args, ready), daemon=True)
-            thread.start()
-            self._threads.append(thread)
-        ready.wait(timeout=30)
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=15)
-
-    def _rv(self, listed: Any) -> str:
-        meta = listed["metadata"] if isinstance(listed, dict) else listed.metadata
-        return str(meta["resourceVersion"] if isinstance(meta, dict) else meta.resource_version)
-
-    def _watch(
-        self, kind: str, lister: Callable[..., Any], args: tuple[Any, ...], ready: threading.Barrier
-    ) -> None:
-        from kubernetes import client, watch
-
-        serialize = self.api.sanitize_for_serialization
-        try:
-            rv = self._rv(lister(*args))
-            ready.wait(timeout=30)
-            while not self._stop.is_set():
-                stream = watch.Watch()
-                try:
-                    for event in stream.stream(
-                        lister, *args, resource_version=rv, timeout_seconds=2, _request_timeout=(5, 10)
-                    ):
-                        at = time.monotonic()
-                        obj = event["object"]
-                        obj = obj if isinstance(obj, dict) else serialize(obj)
-                        rv = obj["metadata"]["resourceVersion"]
-                        with self._lock:
-                            self.events.append((at, kind, event["type"], obj))
-                        if self._stop.is_set():
-                            stream.stop()
-                except client.ApiException as exc:
-                    if exc.status != 410:
-                        raise
-                    rv = self._rv(lister(*args))
-        except BaseException as exc:  # reported by the round that waits on it
-            self.errors.append(exc)
-            if not ready.broken:
-                ready.abort()
-
-    def since(self, at: float, kind: str) -> list[tuple[float, str, dict[str, Any]]]:
-        with self._lock:
-            return [(t, typ, obj) for t, k, typ, obj in self.events if k == kind and t >= at]
-
-    # What the events say, each the first instant (after `after`) at which it held.
-
-    def workload_released(self, trainjob: str, after: float) -> float | None:
-        """The blocker's Workload is being deleted (deletionTimestamp, or DELETED): quota frees."""
-        for at, typ, obj in self.since(after, "Workload"):
-            if _owner(obj) == trainjob and (typ == "DELETED" or obj["metadata"].get("deletionTimestamp")):
-                return at
-        return None
-
-    def workload_gone(self, trainjob: str, after: float) -> float | None:
-        """The blocker's Workload DELETED (its finalizer removed)."""
-        for at, typ, obj in self.since(after, "Workload"):
-            if _owner(obj) == trainjob and typ == "DELETED":
-                return at
-        return None
-
-    def workload_state(
-        self, trainjob: str, after: float, test: Callable[[dict[str, Any]], bool]
-    ) -> float | None:
-        for at, typ, obj in self.since(after, "Workload"):
-            if _owner(obj) == trainjob and typ != "DELETED" and test(obj):
-                return at
-        return None
-
-    def pods_running(self, trainjob: str, after: float) -> float | None:
-        """All RANKS pods of the TrainJob Running (none being deleted), replayed from every pod event."""
-        state: dict[str, bool] = {}
-        for at, typ, obj in self.since(0.0, "Pod"):
-            meta = obj["metadata"]
-            if (meta.get("labels") or {}).get(JOBSET_LABEL) != trainjob:
-                continue
-            if typ == "DELETED":
-                state.pop(meta["name"], None)
-            else:
-                running = (obj.get("status") or {}).get("phase") == "Running" and not meta.get(
-                    "deletion_timestamp", meta.get("deletionTimestamp")
-                )
-                state[meta["name"]] = running
-            if at >= after and len(state) == RANKS and all(state.values()):
-                return at
-        return None
-
-    def wait(self, what: str, probe: Callable[[], float | None], timeout: float = 90) -> float:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.errors:
-                raise RuntimeError(f"the bench's watches failed: {self.errors!r}")
-            found = probe()
-            if found is not None:
-                return found
-            time.sleep(0.01)
-        raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
-
-
-def _owner(workload: dict[str, Any]) -> str | None:
-    for ref in (
-        workload["metadata"].get("ownerReferences") or workload["metadata"].get("owner_references") or []
-    ):
-        if ref.get("kind") == "TrainJob" and ref.get("controller"):
-            return str(ref["name"])
-    return None
-
-
-def _pending(workload: dict[str, Any]) -> bool:
-    """Created and waiting for quota: QuotaReserved False (Kueue tried and it did not fit)."""
-    cond = _condition(workload, "QuotaReserved")
-    return bool(cond and cond.get("status") == "False")
-
-
-def _reserved(workload: dict[str, Any]) -> bool:
-    return _true(workload, "QuotaReserved")
-
-
-def _empty(custom: Any, core: Any) -> None:
-    """No TrainJob, runtime copy, Workload or pod left in the namespace (the quota is free)."""
-    from kubernetes.client import V1DeleteOptions
-
-    for plural in ("trainjobs", "trainingruntimes"):
-        custom.delete_collection_namespaced_custom_object(
-            *TRAINER, NAMESPACE, plural, body=V1DeleteOptions(propagation_policy="Background")
-        )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        left = (
-            len(custom.list_namespaced_custom_object(*TRAINER, NAMESPACE, "trainjobs")["items"])
-            + len(custom.list_namespaced_custom_object(*TRAINER, NAMESPACE, "trainingruntimes")["items"])
-            + len(custom.list_namespaced_custom_object(*KUEUE, NAMESPACE, "workloads")["items"])
-            + len(core.list_namespaced_pod(NAMESPACE).items)
-        )
-        if left == 0:
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"namespace {NAMESPACE} did not empty within 120 s")
-
-
-# ---------------------------------------------------------------- dispatch's side
-
-
-class Api:
-    """dispatch's REST API over one kept-alive connection, as the bench user."""
-
-    def __init__(self, port: int, token: str) -> None:
-        self.port, self.token = port, token
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-
-    def call(
-        self, method: str, path: str, body: dict[str, Any] | None = None, etag: str = ""
-    ) -> tuple[int, dict[str, Any], str]:
-        """(status, body, ETag); with `etag`, If-None-Match: a 304 (unchanged) answers an empty body."""
-        headers = {"Authorization": f"Token {self.token}", "Content-Type": "application/json"}
-        if etag:
-            headers["If-None-Match"] = etag
-        payload = json.dumps(body) if body is not None else None
-        for attempt in (1, 2):
-            try:
-                self.conn.request(method, f"/api/v1/{path}", body=payload, headers=headers)
-                response = self.conn.getresponse()
-                data = response.read()
-                return response.status, json.loads(data or b"{}"), response.getheader("ETag") or ""
-            except (http.client.HTTPException, ConnectionError):
-                self.conn.close()
-                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
-
-    def job(self, job_id: str, etag: str = "") -> tuple[dict[str, Any] | None, str]:
-        """GET /api/v1/jobs/<id>: (the job, its ETag), or (None, etag) when unchanged since `etag`."""
-        status, body, tag = self.call("GET", f"jobs/{job_id}", etag=etag)
-        if status == 304:
-            return None, etag
-        if status != 200:
-            raise RuntimeError(f"GET /api/v1/jobs/{job_id}: {status} {body}")
-        return body, tag
-
-    def state(self, job_id: str) -> str:
-        body, _ = self.job(job_id)
-        assert body is not None
-        return str(body["state"])
-
-    def wait_observed(self, job_id: str, timeout: float = 60) -> None:
-        """Until the job reads `queued` and supervision has observed its execution (observed_at set): it
-        is tracked and watched, as any job is that has waited in a queue longer than one supervision
-        interval (a new execution is first tracked at the supervisor's next periodic cycle)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            body, _ = self.job(job_id)
-            assert body is not None
-            executions = body.get("executions") or []
-            if body["state"] == "queued" and executions and executions[-1].get("observed_at"):
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"job {job_id}: supervision did not observe it queued within {timeout} s")
-
-    def wait_state(self, job_id: str, states: set[str], timeout: float = 90) -> tuple[float, str]:
-        """Poll until the job's state is one of `states`: (the instant that answer arrived, the state). As a
-        polite client polls: If-None-Match with the last ETag, so an unchanged job costs a 304."""
-        deadline = time.monotonic() + timeout
-        state, etag = "", ""
-        while time.monotonic() < deadline:
-            body, etag = self.job(job_id, etag)
-            at = time.monotonic()
-            if body is not None:
-                state = str(body["state"])
-            if state in states:
-                return at, state
-            if state in ("failed", "cancelled", "succeeded", "identity-violation"):
-                raise RuntimeError(f"job {job_id} ended {state} while the bench waited for {states}")
-            time.sleep(POLL)
-        raise RuntimeError(f"job {job_id} not {states} within {timeout} s (last: {state})")
-
-
-def supervisor_main(fault: str) -> None:
-    """`python scripts/bench_kueue.py supervisor [slowcycle]`: `manage.py supervise`, as it runs, with the
-    deliberate fault when asked (each cycle starts FAULT_DELAY seconds late)."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dispatch_site.settings")
-    import django
-
-    django.setup()
-    if fault == "slowcycle":
-        from jobs.supervision import cycle
-
-        original = cycle.supervise
-
-        def late(*args: Any, **kwargs: Any) -> Any:
-            time.sleep(FAULT_DELAY)
-            return original(*args, **kwargs)
-
-        cycle.supervise = late
-    elif fault:
-        sys.exit(f"unknown BENCH_KUEUE_FAULT {fault!r} (known: slowcycle)")
-    if os.environ.get("BENCH_KUEUE_STATS") == "1":
-        from jobs.supervision import cycle as traced
-
-        inner = traced.supervise
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            began = time.monotonic()
-            report = inner(*args, **kwargs)
-            line = {"began": began, "ended": time.monotonic(), "derived": report.derived}
-            print(
-                json.dumps(line | {"transitions": report.transitions, "phases": report.phases_ms}), flush=True
-            )
-            return report
-
-        traced.supervise = timed
-    from django.core.management import call_command
-
-    call_command("supervise")
-
-
-def _processes(env: dict[str, str], log: Path, port: int) -> list[subprocess.Popen[bytes]]:
-    """gunicorn (one sync worker), a Celery worker (threads) and the supervisor, all on `env`."""
-    out = log.open("ab")
-    py = sys.executable
-    commands = [
-        [
-            str(Path(py).parent / "gunicorn"),
-            "dispatch_site.wsgi:application",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "1",
-            "--log-level",
-            "warning",
-        ],
-        [
-            py,
-            "-m",
-            "celery",
-            "-A",
-            "dispatch_site",
-            "worker",
-            "--pool",
-            "threads",
-            "--concurrency",
-            "4",
-            "--without-gossip",
-            "--without-mingle",
-            "-n",
-            "bench-kueue@%h",
-            "--loglevel",
-            "WARNING",
-        ],
-        [py, str(Path(__file__).resolve()), "supervisor", FAULT],
-    ]
-    return [
-        subprocess.Popen(c, cwd=REPO, env=os.environ | env, stdout=out, stderr=subprocess.STDOUT)
-        for c in commands
-    ]
+from scripts.bench_kueue_cluster import (  # noqa: E402 - needs the repository on sys.path first
+    FAULT,
+    FAULT_DELAY,
+    GPU_PER_NODE,
+    IMAGE,
+    LOCAL_QUEUE,
+    NAMESPACE,
+    POLL,
+    QUOTA_GPUS,
+    RANKS,
+    ROUNDS,
+    RUNTIME,
+    SETTLE,
+    TARGET,
+    TRAINER,
+    USER,
+    Skip,
+    Watches,
+    apis,
+    bare_trainjob,
+    empty_namespace,
+    ensure_queue,
+    kueue_down,
+    kueue_on_plane,
+    kueue_up,
+    log,
+    pending,
+    reserved,
+)
+from scripts.bench_kueue_dispatch import Api, start_processes, supervisor_main  # noqa: E402
+
+__all__ = ["kueue_down", "kueue_up", "met", "report_lines", "run", "summarize"]
 
 
 # ---------------------------------------------------------------- one round
@@ -555,15 +82,15 @@ def _processes(env: dict[str, str], log: Path, port: int) -> list[subprocess.Pop
 def _round(
     side: str, number: int, custom: Any, core: Any, watches: Watches, api: Api | None
 ) -> dict[str, Any]:
-    _empty(custom, core)
+    empty_namespace(custom, core)
     blocker = f"blocker-{side[0]}{number}"
     began = time.monotonic()
-    custom.create_namespaced_custom_object(*TRAINER, NAMESPACE, "trainjobs", _bare_trainjob(blocker))
+    custom.create_namespaced_custom_object(*TRAINER, NAMESPACE, "trainjobs", bare_trainjob(blocker))
     watches.wait(f"{blocker}'s pods running", lambda: watches.pods_running(blocker, began))
     job_id = ""
     if side == "bare":
         subject = f"bare-{number}"
-        custom.create_namespaced_custom_object(*TRAINER, NAMESPACE, "trainjobs", _bare_trainjob(subject))
+        custom.create_namespaced_custom_object(*TRAINER, NAMESPACE, "trainjobs", bare_trainjob(subject))
     else:
         assert api is not None
         status, body, _ = api.call(
@@ -584,7 +111,7 @@ def _round(
         job_id = str(body["id"])
         subject = f"{job_id}-1"
         api.wait_observed(job_id)
-    watches.wait(f"{subject}'s Workload pending", lambda: watches.workload_state(subject, began, _pending))
+    watches.wait(f"{subject}'s Workload pending", lambda: watches.workload_state(subject, began, pending))
     if api is not None and job_id:
         state = api.state(job_id)
         if state != "queued":
@@ -604,7 +131,7 @@ def _round(
         "the blocker's Workload released", lambda: watches.workload_released(blocker, deleted_at)
     )
     admitted = watches.wait(
-        f"{subject} admitted", lambda: watches.workload_state(subject, deleted_at, _reserved)
+        f"{subject} admitted", lambda: watches.workload_state(subject, deleted_at, reserved)
     )
     pods = watches.wait(f"{subject}'s pods running", lambda: watches.pods_running(subject, deleted_at))
     gone = watches.wait("the blocker's Workload gone", lambda: watches.workload_gone(blocker, deleted_at))
@@ -620,11 +147,11 @@ def _round(
         "after_admit_s": end - admitted,  # admitted -> running: what follows Kueue's admission
     }
     if os.environ.get("BENCH_KUEUE_STATS") == "1":
-        _log(
+        log(
             f"monotonic: deleted {deleted_at:.3f} freed {freed:.3f} admitted {admitted:.3f} "
             f"pods {pods:.3f} end {end:.3f}"
         )
-    _log(
+    log(
         f"round {number} {side}: {row['seconds']:.3f} s (admitted {row['admit_s']:.3f}, pods running "
         f"+{row['pods_s']:.3f}, then +{row['after_pods_s']:.3f})"
     )
@@ -679,43 +206,32 @@ def run(kubeconfig: str, rounds: int = ROUNDS) -> dict[str, Any]:
     from dispatch_site import roles
     from dispatch_site.services import user_create
     from runtimes.models import AllowListEntry
-    from scripts.bench_common import free_port, redis_url, wait_http
+    from scripts.bench_common import free_port, server_env, wait_http
 
-    api_client, custom, core = _apis(kubeconfig)
+    api_client, custom, core = apis(kubeconfig)
     why = kueue_on_plane(api_client)
     if why:
         return {"skipped": why, "fault": FAULT}
     try:
-        _ensure_queue(api_client, custom, core)
+        ensure_queue(api_client, custom, core)
     except Skip as exc:
         return {"skipped": str(exc), "fault": FAULT}
     settings.KUBECONFIG = kubeconfig
     AllowListEntry.objects.get_or_create(kind="ClusterTrainingRuntime", namespace="", name=RUNTIME)
     User.objects.filter(username=USER).delete()
     owner, token = user_create(username=USER, role=roles.USER, namespaces=[NAMESPACE])
-    env = {
-        "DATABASE_URL": os.environ["DATABASE_URL"],
-        "REDIS_URL": redis_url(),
-        "KUBECONFIG": kubeconfig,
-        "LOG_LEVEL": "WARNING",
-        "THROTTLE_API_USER": "off",
-        "DEBUG": "false",
-        "SECRET_KEY": "bench-only-not-a-secret-0123456789-abcdefghijklmnopqrstuvwxyz",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "SECURE_SSL_REDIRECT": "false",
-        "SECURE_HSTS_SECONDS": "0",
-        "METRICS_PORT": "",  # none: the supervisor and worker serve no metrics port here
-    }
+    env = server_env(os.environ["DATABASE_URL"], kubeconfig, allowed_hosts="127.0.0.1,localhost")
+    env["METRICS_PORT"] = ""  # none: the supervisor and worker serve no metrics port here
     port = free_port()
-    log = REPO / "var" / "bench-kueue.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    processes = _processes(env, log, port)
+    log_file = REPO / "var" / "bench-kueue.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    processes = start_processes(env, log_file, port)
     watches = Watches(api_client, custom, core).start()
     rows: list[dict[str, Any]] = []
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz")
         api = Api(port, token)
-        _log(f"{rounds} paired rounds (dispatch, bare, ...); logs in {log}")
+        log(f"{rounds} paired rounds (dispatch, bare, ...); logs in {log_file}")
         for number in range(1, rounds + 1):
             for side in ("dispatch", "bare"):
                 rows.append(_round(side, number, custom, core, watches, api if side == "dispatch" else None))
@@ -729,7 +245,7 @@ def run(kubeconfig: str, rounds: int = ROUNDS) -> dict[str, Any]:
             except subprocess.TimeoutExpired:
                 process.kill()
         with contextlib.suppress(Exception):
-            _empty(custom, core)
+            empty_namespace(custom, core)
         owner.jobs.all().delete()
         owner.delete()
         api_client.close()

@@ -18,6 +18,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from scripts.bench_common import migrated_django  # noqa: E402 - needs the repository on sys.path first
+
 SMALL, LARGE = 100, 100_000
 NAMESPACES = 20
 REPEAT = int(os.environ.get("BENCH_METRICS_REPEAT", "21"))
@@ -43,16 +45,6 @@ STATES = [
 
 def log(message: str) -> None:
     print(f"[bench metrics] {message}", file=sys.stderr, flush=True)
-
-
-def _setup() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dispatch_site.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def _insert(owner: Any, count: int, start: int) -> None:
@@ -96,7 +88,7 @@ def _median_ms(action: Any) -> float:
 
 
 def run() -> dict[str, Any]:
-    _setup()
+    migrated_django()
     from django.contrib.auth.models import User
     from django.db import connection
     from django.test import Client

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from scripts.bench_common import BENCH_STARTS_NAMESPACE
+from scripts.bench_common import BENCH_STARTS_NAMESPACE, celery_worker_command
 
 N = int(os.environ.get("BENCH_STARTS", "200"))
 CONCURRENCY = int(os.environ.get("BENCH_START_CONCURRENCY", "16"))
@@ -174,25 +174,7 @@ def _direct(custom: Any, namespace: str, count: int = 0) -> float:
 
 def _worker(env: dict[str, str], log: Path, index: int = 0) -> subprocess.Popen[bytes]:
     threads = CONCURRENCY // PROCESSES
-    command = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "dispatch_site",
-        "worker",
-        "--pool",
-        "threads",
-        "--concurrency",
-        str(threads),
-        *(["--prefetch-multiplier", PREFETCH] if PREFETCH else []),
-        "--without-gossip",
-        "--without-mingle",
-        "-n",
-        f"bench{index}@%h",
-        "--loglevel",
-        "WARNING",
-    ]
+    command = celery_worker_command(threads, f"bench{index}@%h", PREFETCH)
     out = log.open("ab")
     repo = Path(__file__).resolve().parent.parent
     worker_env = os.environ | env | {"WORKER_CONCURRENCY": str(threads)}

@@ -30,13 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from scripts.bench_common import (
     BENCH_NAMESPACE,
     CONNECTIONS,
-    PY,
     REPO,
     cleanup_django,
     cluster_kubeconfig,
     free_port,
+    gunicorn_command,
     log,
     redis_url,
+    server_env,
     setup_django,
     wait_http,
     wrk,
@@ -106,34 +107,14 @@ def run() -> dict[str, Any]:
 
     broker = redis.Redis.from_url(redis_url())
     with durable_postgres() as (database_url, durability):
-        env = {
-            "DATABASE_URL": database_url,
-            "REDIS_URL": redis_url(),
-            "KUBECONFIG": kubeconfig,
-            "LOG_LEVEL": "WARNING",
-            "THROTTLE_API_USER": "off",
-            "DEBUG": "false",
-            "SECRET_KEY": "bench-only-not-a-secret-0123456789-abcdefghijklmnopqrstuvwxyz",
-            "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
-            "SECURE_SSL_REDIRECT": "false",
-            "SECURE_HSTS_SECONDS": "0",
-        }
+        env = server_env(database_url, kubeconfig)
         token = setup_django(env)
         from jobs.models import Job
 
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         server = subprocess.Popen(
-            [
-                str(PY.parent / "gunicorn"),
-                "dispatch_site.wsgi:application",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                str(WEB_WORKERS),
-                "--log-level",
-                "warning",
-            ],
+            gunicorn_command(port, WEB_WORKERS),
             cwd=REPO,
             env=os.environ | env,
         )

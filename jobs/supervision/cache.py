@@ -12,13 +12,13 @@ deleted, so its last state is kept as a tombstone (PodTombstone, written before 
 copy). A quiet cycle derives nothing and makes no API call. Executions are tracked from the database
 incrementally: new rows (a higher pk) and rows not yet submitted are read each cycle, the whole active set
 every RESYNC_SECONDS. A finished execution leaves the cache: it is untracked, its objects are dropped (and
-kept out on a re-list), and a namespace without active executions stops being watched.
+kept out on a re-list), and a namespace without active executions stops being watched. What is kept of each
+object, trimmed, is jobs.supervision.trim.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -32,146 +32,26 @@ from django.utils import timezone
 from cluster import gateway, kueue
 from cluster.informer import DELETED, Informer, uid_of
 from jobs.models import Execution, JobState, PodTombstone
-from jobs.naming import KUEUE_MARK, trainjob_name_prefix
 from jobs.supervision.apply import SUPERVISED
 from jobs.supervision.cycle import LABELLED, Observation, is_dispatch_event
 from jobs.supervision.grouping import EVENT, POD, WORKLOAD, involved, label_key, owner_uids
 from jobs.supervision.status import DerivedStatus
+from jobs.supervision.trim import (
+    TRIMS,
+    Key,
+    event_prefix,
+    job_index,
+    key_of_trainjob_name,
+    trim_event,
+    trim_workload,
+    workload_key,
+)
 from runtimes.models import SiteSettings
 
 logger = logging.getLogger(__name__)
 
-Key = tuple[str, int]
 RESYNC_SECONDS = 60.0
 FINISHED_FORGET_SECONDS = 3600.0
-
-
-# ---------------------------------------------------------------- what is kept of an object (pure)
-
-
-def _strings(mapping: Any) -> dict[str, Any]:
-    return {sys.intern(str(k)): v for k, v in (mapping or {}).items()}
-
-
-def _meta(obj: Mapping[str, Any], *, annotations: Sequence[str] = ()) -> dict[str, Any]:
-    meta = obj.get("metadata") or {}
-    kept: dict[str, Any] = {
-        "name": meta.get("name"),
-        "namespace": meta.get("namespace"),
-        "uid": meta.get("uid"),
-        "resourceVersion": meta.get("resourceVersion"),
-        "creationTimestamp": meta.get("creationTimestamp"),
-        "labels": _strings(meta.get("labels")),
-    }
-    if meta.get("deletionTimestamp"):
-        kept["deletionTimestamp"] = meta["deletionTimestamp"]
-    if meta.get("ownerReferences"):
-        kept["ownerReferences"] = [
-            {k: r.get(k) for k in ("apiVersion", "kind", "name", "uid", "controller")}
-            for r in meta["ownerReferences"]
-        ]
-    notes = meta.get("annotations") or {}
-    chosen = {k: notes[k] for k in annotations if k in notes}
-    if chosen:
-        kept["annotations"] = chosen
-    return kept
-
-
-def _containers(rows: Any) -> list[dict[str, Any]]:
-    return [
-        {k: r.get(k) for k in ("name", "restartCount", "state", "lastState", "ready", "started") if k in r}
-        for r in rows or ()
-    ]
-
-
-def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
-    return {
-        "kind": "Pod",
-        "metadata": _meta(pod, annotations=("batch.kubernetes.io/job-completion-index",)),
-        "spec": {
-            "nodeName": spec.get("nodeName"),
-            "initContainers": [
-                {"name": c.get("name"), "restartPolicy": c.get("restartPolicy")}
-                for c in spec.get("initContainers") or ()
-            ],
-        },
-        "status": {
-            "phase": status.get("phase"),
-            "reason": status.get("reason"),
-            "message": status.get("message"),
-            "conditions": status.get("conditions") or [],
-            "containerStatuses": _containers(status.get("containerStatuses")),
-            "initContainerStatuses": _containers(status.get("initContainerStatuses")),
-        },
-    }
-
-
-def trim_owned(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A TrainJob, JobSet or Job: what status derivation reads (spec.suspend, the status)."""
-    spec = obj.get("spec") or {}
-    kept: dict[str, Any] = {"kind": obj.get("kind"), "metadata": _meta(obj)}
-    kept["status"] = obj.get("status") or {}
-    if "suspend" in spec:
-        kept["spec"] = {"suspend": spec["suspend"]}
-    return kept
-
-
-def trim_event(event: Mapping[str, Any]) -> dict[str, Any]:
-    meta = event.get("metadata") or {}
-    keys = ("reason", "message", "note", "type", "eventTime", "firstTimestamp", "lastTimestamp", "count")
-    kept = {k: event[k] for k in keys if event.get(k) is not None}
-    kept["kind"] = "Event"
-    kept["metadata"] = {
-        k: meta.get(k) for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-    }
-    ref = involved(event)
-    kept["involvedObject"] = {k: ref.get(k) for k in ("kind", "name", "namespace", "uid")}
-    if event.get("series"):
-        kept["series"] = event["series"]
-    return kept
-
-
-def trim_workload(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A Kueue Workload: what status derivation reads (spec.active and queueName, the status) and dispatch's
-    mark among its annotations (`<domain>/kueue-deactivated`)."""
-    meta = obj.get("metadata") or {}
-    notes = meta.get("annotations") or {}
-    kept: dict[str, Any] = {
-        "kind": "Workload",
-        "metadata": _meta(obj, annotations=[k for k in notes if str(k).endswith(f"/{KUEUE_MARK}")]),
-    }
-    spec = obj.get("spec") or {}
-    kept["spec"] = {k: spec[k] for k in ("active", "queueName", "priority") if k in spec}
-    kept["status"] = obj.get("status") or {}
-    return kept
-
-
-def _workload_owner(obj: Mapping[str, Any]) -> str:
-    """The name of the TrainJob that controls the Workload (one of dispatch's names), else ""."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
-        if ref.get("kind") == "TrainJob" and ref.get("controller"):
-            return str(ref.get("name") or "") if trainjob_name_prefix(str(ref.get("name") or "")) else ""
-    return ""
-
-
-def _workload_key(obj: Mapping[str, Any]) -> Key | None:
-    return _key_of_trainjob_name(_workload_owner(obj))
-
-
-TRIMS: dict[str, Callable[[Mapping[str, Any]], dict[str, Any]]] = {
-    "TrainJob": trim_owned,
-    "JobSet": trim_owned,
-    "Job": trim_owned,
-    "Pod": trim_pod,
-    "Event": trim_event,
-}
-
-
-def _key_of_trainjob_name(name: str) -> Key | None:
-    job_id, _, attempt = name.rpartition("-")
-    return (job_id, int(attempt)) if job_id and attempt.isdigit() else None
 
 
 # ---------------------------------------------------------------- tracking executions
@@ -421,7 +301,12 @@ class CacheSource:
                 continue
             # (The job's current_attempt reaches an attempt when its start is recorded: a pending attempt is
             # ahead of it. Skipping those left a slow start unfollowed until the next full re-read, 60 s.)
-            if current == attempt and state in SUPERVISED and job_state in SUPERVISED and submitted is not None:
+            if (
+                current == attempt
+                and state in SUPERVISED
+                and job_state in SUPERVISED
+                and submitted is not None
+            ):
                 active.add(pk)
                 self._unsubmitted.discard(pk)
                 self._track(Tracked(pk, (job_id, attempt), namespace, name, domain or self._site_domain))
@@ -574,8 +459,8 @@ class CacheSource:
                 indexers={
                     "involved": lambda e: [str(involved(e).get("uid") or "")],
                     # events_named: only Events without the UID of their object
-                    "prefix": lambda e: [] if involved(e).get("uid") else [_event_prefix(e) or ""],
-                    "trainjob": lambda e: [_event_prefix(e) or ""],
+                    "prefix": lambda e: [] if involved(e).get("uid") else [event_prefix(e) or ""],
+                    "trainjob": lambda e: [event_prefix(e) or ""],
                     "pod": lambda e: (
                         [str(involved(e).get("name") or "")] if involved(e).get("kind") == POD else []
                     ),
@@ -594,7 +479,7 @@ class CacheSource:
                 indexers={
                     "name": lambda o: [str((o.get("metadata") or {}).get("name") or "")],
                     "owner": owner_uids,
-                    "job": lambda o: [f"{k[0]}/{k[1]}"] if (k := _workload_key(o)) else [],
+                    "job": lambda o: [f"{k[0]}/{k[1]}"] if (k := workload_key(o)) else [],
                 },
                 on_change=self._workload_changed,
                 relist_seconds=self.relist_seconds,
@@ -611,7 +496,7 @@ class CacheSource:
                 indexers={
                     "name": lambda o: [str((o.get("metadata") or {}).get("name") or "")],
                     "owner": owner_uids,
-                    "job": _job_index(domain),
+                    "job": job_index(domain),
                 },
                 on_change=self._changed(domain),
                 on_delete=self._pod_deleted(domain) if kind == POD else None,
@@ -625,16 +510,16 @@ class CacheSource:
         return keep
 
     def _keep_workload(self, obj: Mapping[str, Any]) -> bool:
-        key = _workload_key(obj)
+        key = workload_key(obj)
         return key is not None and key not in self._finished
 
     def _workload_changed(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        self._touch(_workload_key(obj))
+        self._touch(workload_key(obj))
 
     def _keep_event(self, event: Mapping[str, Any]) -> bool:
         if not is_dispatch_event(event):
             return False
-        key = _key_of_trainjob_name(_event_prefix(event) or "")
+        key = key_of_trainjob_name(event_prefix(event) or "")
         return key not in self._finished
 
     def _changed(self, domain: str) -> Callable[[str, dict[str, Any], dict[str, Any] | None], None]:
@@ -646,7 +531,7 @@ class CacheSource:
     def _event_changed(self, namespace: str) -> Callable[[str, dict[str, Any], dict[str, Any] | None], None]:
         def changed(kind: str, event: dict[str, Any], old: dict[str, Any] | None) -> None:
             if kind != DELETED:  # an Event's TTL ran out: nothing changed for the job
-                self._touch(_key_of_trainjob_name(_event_prefix(event) or ""))
+                self._touch(key_of_trainjob_name(event_prefix(event) or ""))
 
         return changed
 
@@ -691,15 +576,3 @@ def _unique(groups: Iterable[list[Any]]) -> list[Any]:
                 seen.add(uid)
                 out.append(obj)
     return out
-
-
-def _event_prefix(event: Mapping[str, Any]) -> str | None:
-    return trainjob_name_prefix(str(involved(event).get("name", "")))
-
-
-def _job_index(domain: str) -> Callable[[Mapping[str, Any]], list[str]]:
-    def index(obj: Mapping[str, Any]) -> list[str]:
-        key = label_key(obj, domain)
-        return [f"{key[0]}/{key[1]}"] if key else []
-
-    return index

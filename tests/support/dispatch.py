@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from django.contrib.auth.models import User
+from rest_framework.test import APIClient
 
 from dispatch_site import roles
 from dispatch_site.services import user_create
@@ -106,3 +107,44 @@ def cleanup_cluster_objects(kube: Any) -> Iterator[list[tuple[str, str]]]:
     for plural, name in made:
         with contextlib.suppress(Exception):
             kube.custom.delete_cluster_custom_object(GROUP, VERSION, plural, name)
+
+
+# ---------------------------------------------------------------- dispatch's REST API, as a test user
+
+
+def api_as(token: str) -> APIClient:
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return api
+
+
+def job_body(namespace: str, **extra: Any) -> dict[str, Any]:
+    """A POST /api/v1/jobs body on dispatch-kind, with `extra` fields."""
+    return {
+        "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+        "namespace": namespace,
+        "image": "localhost/trainer:v1",
+    } | extra
+
+
+def submit_job(token: str, body: dict[str, Any], capture: Any) -> str:
+    """POST /api/v1/jobs with its on-commit work run (`capture`: django_capture_on_commit_callbacks); it must
+    answer 202: the job's id."""
+    with capture(execute=True):
+        response = api_as(token).post("/api/v1/jobs", body, format="json")
+    assert response.status_code == 202, response.json()
+    job_id: str = response.json()["id"]
+    return job_id
+
+
+def get_job(token: str, job_id: str) -> dict[str, Any]:
+    response = api_as(token).get(f"/api/v1/jobs/{job_id}")
+    assert response.status_code == 200
+    data: dict[str, Any] = response.json()
+    return data
+
+
+@pytest.fixture
+def dispatch_kind_allowed(db: None) -> None:
+    """dispatch-kind on the allow-list for jobs (use with pytest.mark.usefixtures)."""
+    AllowListEntry.objects.get_or_create(kind="ClusterTrainingRuntime", name="dispatch-kind", for_jobs=True)

@@ -1,6 +1,7 @@
 """Helpers for tests against the real Kueue of the local control plane (scripts/cluster up --kueue).
 
-Raw objects through the tests' own kubernetes client; nothing here uses dispatch's code.
+Raw objects through the tests' own kubernetes client; nothing here uses dispatch's code (the condition reads
+and the list-then-watch threads are scripts/kueue_reads.py's, shared with the Kueue bench).
 
 - ``queued_trainjob``: a TrainJob on dispatch-kind labelled with a LocalQueue (and a WorkloadPriorityClass).
 - ``workload_name``: the Workload name Kueue v0.19.2 gives a TrainJob (verified against the real Kueue).
@@ -26,10 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
+from scripts.kueue_reads import Source, condition, start_watches
+from scripts.kueue_reads import is_true as is_true  # re-exported: the Kueue tests import it from here
 from tests.support.cluster import Kube, KueueQueue
+from tests.support.dispatch import job_body
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 TRAINER = ("trainer.kubeflow.org", "v1alpha1")
@@ -80,6 +83,16 @@ def get_trainjob(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
     return obj
 
 
+def queue_job_body(queue: KueueQueue, **extra: Any) -> dict[str, Any]:
+    """A POST /api/v1/jobs body on dispatch-kind in `queue`, one GPU per node (a 2-node job takes the whole
+    quota), with `extra` fields."""
+    return job_body(queue.namespace, queue_name=queue.name, resources_per_node=ONE_GPU_PER_NODE) | extra
+
+
+def admitted(workload: dict[str, Any]) -> bool:
+    return is_true(workload, "QuotaReserved") and is_true(workload, "Admitted")
+
+
 def workload_name(trainjob_name: str, trainjob_uid: str) -> str:
     """Kueue's name for a TrainJob's Workload: "trainjob-<name>-" + the first 5 hex digits of
     sha1("TrainJob\\ntrainer.kubeflow.org\\n<name>\\n<uid>"), the prefix cut to 247 characters
@@ -107,23 +120,11 @@ def workload_of(kube: Kube, trainjob: dict[str, Any]) -> dict[str, Any] | None:
     return owned[0] if owned else None
 
 
-def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_:
-            return dict(cond)
-    return None
-
-
 def present(obj: dict[str, Any], type_: str) -> dict[str, Any]:
     """The condition, which must be there."""
     cond = condition(obj, type_)
     assert cond is not None, f"no {type_} condition: {conditions_summary(obj)}"
     return cond
-
-
-def is_true(obj: dict[str, Any], type_: str, reason: str | None = None) -> bool:
-    cond = condition(obj, type_)
-    return bool(cond and cond["status"] == "True" and (reason is None or cond.get("reason") == reason))
 
 
 def conditions_summary(obj: dict[str, Any] | None) -> list[tuple[str, str, str]]:
@@ -274,7 +275,7 @@ class Recorder:
 
     def start(self) -> Recorder:
         ns, kube = self.namespace, self.kube
-        sources: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = [
+        sources: list[Source] = [
             ("Pod", kube.core.list_namespaced_pod, (ns,)),
             ("Job", kube.batch.list_namespaced_job, (ns,)),
             ("Event", kube.core.list_namespaced_event, (ns,)),
@@ -282,12 +283,7 @@ class Recorder:
             ("JobSet", kube.custom.list_namespaced_custom_object, (*JOBSET, ns, "jobsets")),
             ("Workload", kube.custom.list_namespaced_custom_object, (*KUEUE, ns, "workloads")),
         ]
-        ready = threading.Barrier(len(sources) + 1)
-        for kind, lister, args in sources:
-            thread = threading.Thread(target=self._watch, args=(kind, lister, args, ready), daemon=True)
-            thread.start()
-            self._threads.append(thread)
-        ready.wait(timeout=30)
+        self._threads.extend(start_watches(sources, self._record, stop=self._stop, errors=self._errors))
         return self
 
     def stop(self) -> None:
@@ -297,39 +293,11 @@ class Recorder:
         if self._errors:
             raise AssertionError(f"the recorder's watches failed: {self._errors!r}")
 
-    def _watch(
-        self, kind: str, lister: Callable[..., Any], args: tuple[Any, ...], ready: threading.Barrier
-    ) -> None:
-        serialize = self.kube.api_client.sanitize_for_serialization
-        try:
-            listed = lister(*args)
-            rv = (listed["metadata"] if isinstance(listed, dict) else serialize(listed)["metadata"])[
-                "resourceVersion"
-            ]
-            ready.wait(timeout=30)
-            while not self._stop.is_set():
-                w = watch.Watch()
-                try:
-                    for event in w.stream(
-                        lister, *args, resource_version=rv, timeout_seconds=2, _request_timeout=(5, 10)
-                    ):
-                        obj = to_dict(self.kube, event["object"], kind)
-                        rv = obj["metadata"]["resourceVersion"]
-                        with self._lock:
-                            self.seen.append(Observed(time.monotonic() - self._t0, kind, event["type"], obj))
-                        if self._stop.is_set():
-                            w.stop()
-                except ApiException as exc:
-                    if exc.status != 410:
-                        raise
-                    listed = lister(*args)  # the resourceVersion expired: start again from a fresh list
-                    rv = (listed["metadata"] if isinstance(listed, dict) else serialize(listed)["metadata"])[
-                        "resourceVersion"
-                    ]
-        except BaseException as exc:  # reported by stop()
-            self._errors.append(exc)
-            if not ready.broken:
-                ready.abort()
+    def _record(self, kind: str, type_: str, raw: Any) -> dict[str, Any]:
+        obj = to_dict(self.kube, raw, kind)
+        with self._lock:
+            self.seen.append(Observed(time.monotonic() - self._t0, kind, type_, obj))
+        return obj
 
     def of(self, kind: str, name: str | None = None) -> list[Observed]:
         with self._lock:

@@ -18,7 +18,6 @@ import pytest
 from django.contrib.auth.models import User
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from rest_framework.test import APIClient
 
 from cluster import gateway
 from cluster import kueue as cluster_kueue
@@ -26,44 +25,27 @@ from cluster.errors import NotFound, Rejected
 from jobs import objects
 from jobs.models import Execution, Job, JobState
 from jobs.submission import start
-from runtimes.models import AllowListEntry, SiteSettings
+from runtimes.models import SiteSettings
 from tests.jobs.supervision.test_supervision import supervise_until
 from tests.support.cluster import Kube, KueueQueue
 from tests.support.deploy import DispatchServiceAccount
-from tests.support.dispatch import GROUP, VERSION, wait_for
+from tests.support.dispatch import GROUP, VERSION, api_as, job_body, wait_for
 from tests.support.kueue import (
     KUEUE,
     KUEUE_MANAGER,
     ONE_GPU_PER_NODE,
     PRIORITY_LABEL,
     QUEUE_LABEL,
+    admitted,
+    get_trainjob,
     is_true,
     queued_trainjob,
     wait_workload,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.django_db]
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db, pytest.mark.usefixtures("dispatch_kind_allowed")]
 
 KUEUE_DENIAL = "denied the request: runtime '"
-
-
-def _api(token: str) -> APIClient:
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    return api
-
-
-def _body(namespace: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
-        "namespace": namespace,
-        "image": "localhost/trainer:v1",
-    } | extra
-
-
-@pytest.fixture(autouse=True)
-def _dispatch_kind_allowed(db: None) -> None:
-    AllowListEntry.objects.get_or_create(kind="ClusterTrainingRuntime", name="dispatch-kind", for_jobs=True)
 
 
 def _site(**changes: Any) -> None:
@@ -75,23 +57,12 @@ def _site(**changes: Any) -> None:
 
 def _post(token: str, body: dict[str, Any], capture: Any) -> Any:
     with capture(execute=True):
-        return _api(token).post("/api/v1/jobs", body, format="json")
-
-
-def _trainjob(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
-    obj: dict[str, Any] = kube.custom.get_namespaced_custom_object(
-        GROUP, VERSION, namespace, "trainjobs", name
-    )
-    return obj
+        return api_as(token).post("/api/v1/jobs", body, format="json")
 
 
 def _trainjobs(kube: Kube, namespace: str) -> list[str]:
     items = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs")["items"]
     return sorted(i["metadata"]["name"] for i in items)
-
-
-def admitted(wl: dict[str, Any]) -> bool:
-    return is_true(wl, "QuotaReserved") and is_true(wl, "Admitted")
 
 
 # ---------------------------------------------------------------- refusals
@@ -104,8 +75,8 @@ def test_an_unknown_queue_is_refused_with_queue_not_found_and_nothing_is_created
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     ns = kueue_queue.namespace
-    body = _body(ns, queue_name="no-such-queue")
-    plan = _api(submitter[1]).post("/api/v1/plan", body, format="json")
+    body = job_body(ns, queue_name="no-such-queue")
+    plan = api_as(submitter[1]).post("/api/v1/plan", body, format="json")
     assert plan.status_code == 200 and plan.json()["refused"] is True
     response = _post(submitter[1], body, django_capture_on_commit_callbacks)
     assert response.status_code == 422, response.json()
@@ -129,7 +100,7 @@ def test_a_priority_class_the_namespace_is_not_allowed_is_refused(
 ) -> None:
     ns = kueue_queue.namespace
     _site(kueue_priority_classes={ns: ["dispatch-low"], "*": ["dispatch-high"]})
-    body = _body(ns, queue_name=kueue_queue.name, priority_class="dispatch-high")
+    body = job_body(ns, queue_name=kueue_queue.name, priority_class="dispatch-high")
     response = _post(submitter[1], body, django_capture_on_commit_callbacks)
     assert response.status_code == 422, response.json()
     (reason,) = response.json()["reasons"]
@@ -162,7 +133,7 @@ def test_a_queued_job_carries_its_queue_and_priority_waits_suspended_then_runs_a
     )
     wait_workload(kube, holder, admitted, "the holder admitted")
 
-    body = _body(
+    body = job_body(
         ns,
         queue_name=kueue_queue.name,
         priority_class="dispatch-high",
@@ -178,7 +149,7 @@ def test_a_queued_job_carries_its_queue_and_priority_waits_suspended_then_runs_a
     sent = plan["objects"]["train_job"]
     assert "runtimePatches" not in sent["spec"] and sent["spec"]["suspend"] is True
 
-    trainjob = _trainjob(kube, ns, f"{job_id}-1")
+    trainjob = get_trainjob(kube, ns, f"{job_id}-1")
     labels = trainjob["metadata"]["labels"]
     assert (labels[QUEUE_LABEL], labels[PRIORITY_LABEL]) == (kueue_queue.name, "dispatch-high")
     assert trainjob["spec"]["suspend"] is True
@@ -195,7 +166,7 @@ def test_a_queued_job_carries_its_queue_and_priority_waits_suspended_then_runs_a
         what="supervision to say why the job waits",
     )
     assert waiting["queued_reason"]["reason"] == "awaiting-quota", waiting["queued_reason"]
-    assert _trainjob(kube, ns, f"{job_id}-1")["spec"]["suspend"] is True
+    assert get_trainjob(kube, ns, f"{job_id}-1")["spec"]["suspend"] is True
 
     kube.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "trainjobs", "holder")
     wait_workload(kube, trainjob, admitted, "the dispatch job admitted once the holder is gone", timeout=60)
@@ -203,7 +174,7 @@ def test_a_queued_job_carries_its_queue_and_priority_waits_suspended_then_runs_a
         submitter[1], job_id, lambda d: d["state"] == "succeeded", timeout=120, what="the job succeeded"
     )
     assert done["cause"] == ""
-    assert is_true(_trainjob(kube, ns, f"{job_id}-1"), "Complete")
+    assert is_true(get_trainjob(kube, ns, f"{job_id}-1"), "Complete")
 
 
 def test_the_namespace_default_queue_applies_when_the_job_names_none(
@@ -215,7 +186,7 @@ def test_the_namespace_default_queue_applies_when_the_job_names_none(
     ns = kueue_queue.namespace
     _site(kueue_default_queues={ns: kueue_queue.name, "*": "not-this-one"})
     response = _post(
-        submitter[1], _body(ns, env={"KWOK_RUN_DURATION": "1s"}), django_capture_on_commit_callbacks
+        submitter[1], job_body(ns, env={"KWOK_RUN_DURATION": "1s"}), django_capture_on_commit_callbacks
     )
     assert response.status_code == 202, response.json()
     job_id = response.json()["id"]
@@ -226,7 +197,7 @@ def test_the_namespace_default_queue_applies_when_the_job_names_none(
         kueue_queue.name,
         "namespace-default",
     )
-    trainjob = _trainjob(kube, ns, f"{job_id}-1")
+    trainjob = get_trainjob(kube, ns, f"{job_id}-1")
     assert trainjob["metadata"]["labels"][QUEUE_LABEL] == kueue_queue.name
     wl = wait_workload(kube, trainjob, admitted, "admitted through the namespace's default queue")
     assert wl["status"]["admission"]["clusterQueue"] == kueue_queue.cluster_queue
@@ -240,8 +211,8 @@ def test_a_queue_deleted_between_submission_and_start_refuses_the_job_at_start(
 ) -> None:
     ns = kueue_queue.namespace
     with django_capture_on_commit_callbacks(execute=False):
-        response = _api(submitter[1]).post(
-            "/api/v1/jobs", _body(ns, queue_name=kueue_queue.name), format="json"
+        response = api_as(submitter[1]).post(
+            "/api/v1/jobs", job_body(ns, queue_name=kueue_queue.name), format="json"
         )
     assert response.status_code == 202, response.json()
     job_id = response.json()["id"]
@@ -262,7 +233,7 @@ def test_a_queue_deleted_between_submission_and_start_refuses_the_job_at_start(
 
 
 def _plan(token: str, body: dict[str, Any]) -> dict[str, Any]:
-    response = _api(token).post("/api/v1/plan", body, format="json")
+    response = api_as(token).post("/api/v1/plan", body, format="json")
     assert response.status_code == 200, response.json()
     data: dict[str, Any] = response.json()
     return data
@@ -281,7 +252,7 @@ def test_plan_shows_the_cluster_queues_quota_and_usage_and_whether_the_job_fits_
 ) -> None:
     """Two jobs on a queue that fits one: the first fits, and once it is admitted the second does not."""
     ns, cq = kueue_queue.namespace, kueue_queue.cluster_queue
-    body = _body(
+    body = job_body(
         ns, queue_name=kueue_queue.name, resources_per_node=ONE_GPU_PER_NODE, env={"KWOK_STAY_RUNNING": "1"}
     )
     first = _plan(submitter[1], body)
@@ -308,7 +279,7 @@ def test_plan_shows_the_cluster_queues_quota_and_usage_and_whether_the_job_fits_
 
     response = _post(submitter[1], body, django_capture_on_commit_callbacks)
     assert response.status_code == 202, response.json()
-    started = _trainjob(kube, ns, f"{response.json()['id']}-1")
+    started = get_trainjob(kube, ns, f"{response.json()['id']}-1")
     wait_workload(kube, started, admitted, "the first job admitted")
 
     # The ClusterQueue's status follows the admission a moment later.
@@ -330,7 +301,7 @@ def test_plan_shows_the_cluster_queues_quota_and_usage_and_whether_the_job_fits_
         "dispatch-kwok"
     )
     # A job that asks no GPU still fits beside it.
-    small = _plan(submitter[1], _body(ns, queue_name=kueue_queue.name))
+    small = _plan(submitter[1], job_body(ns, queue_name=kueue_queue.name))
     assert small["queue"]["fits_now"] is True and small["queue"]["requests"] == {
         "cpu": "200m",
         "memory": "64Mi",
@@ -352,12 +323,12 @@ def test_plan_and_submission_read_kueue_with_dispatchs_own_rbac(
     dispatch_serviceaccount.grant(ns)
     settings.KUBECONFIG = dispatch_serviceaccount.kubeconfig
     _site(kueue_priority_classes={ns: ["dispatch-low"]})
-    body = _body(
+    body = job_body(
         ns, queue_name=kueue_queue.name, priority_class="dispatch-low", env={"KWOK_STAY_RUNNING": "1"}
     )
 
     def planned() -> dict[str, Any] | None:  # RBAC caches settle a moment after the grant
-        response = _api(submitter[1]).post("/api/v1/plan", body, format="json")
+        response = api_as(submitter[1]).post("/api/v1/plan", body, format="json")
         return dict(response.json()) if response.status_code == 200 else None
 
     plan = wait_for(planned, timeout=30, what="plan as dispatch's ServiceAccount")
@@ -367,7 +338,7 @@ def test_plan_and_submission_read_kueue_with_dispatchs_own_rbac(
     assert response.status_code == 202, response.json()
     job_id = response.json()["id"]
     assert Job.objects.get(pk=job_id).state == JobState.QUEUED
-    wait_workload(kube, _trainjob(kube, ns, f"{job_id}-1"), admitted, "admitted")
+    wait_workload(kube, get_trainjob(kube, ns, f"{job_id}-1"), admitted, "admitted")
     assert cluster_kueue.pending_workloads(ns, kueue_queue.name) == []
     with pytest.raises(Rejected) as refused:
         cluster_kueue.pending_workloads("default", "dispatch")  # scripts/k8s/kueue-queues.yaml
@@ -439,7 +410,7 @@ def test_kueues_runtime_not_found_denial_is_waited_out_not_a_config_error(
     Kueue's real webhook, and the delivery waits them out: the job is queued, not failed config-error.
     Before the fix the first denial ended the job failed/config-error."""
     with django_capture_on_commit_callbacks(execute=False):
-        response = _api(submitter[1]).post("/api/v1/jobs", _body(namespace, num_nodes=1), format="json")
+        response = api_as(submitter[1]).post("/api/v1/jobs", job_body(namespace, num_nodes=1), format="json")
     assert response.status_code == 202, response.json()
     job_id = response.json()["id"]
     execution = Execution.objects.get(job_id=job_id)
@@ -466,7 +437,7 @@ def test_kueues_runtime_not_found_denial_is_waited_out_not_a_config_error(
     assert [d.message for d in denials] == [
         f"admission webhook \"vtrainjob.kb.io\" denied the request: runtime '{job_id}-1-unseen' not found"
     ] * 2
-    assert _trainjob(kube, namespace, f"{job_id}-1")["spec"]["runtimeRef"]["name"] == f"{job_id}-1"
+    assert get_trainjob(kube, namespace, f"{job_id}-1")["spec"]["runtimeRef"]["name"] == f"{job_id}-1"
 
 
 # ---------------------------------------------------------------- a cluster without Kueue
@@ -528,12 +499,14 @@ def test_without_kueue_a_job_without_a_queue_starts_and_a_queued_one_is_refused(
     monkeypatch.setattr(cluster_kueue, "GROUP", ABSENT_GROUP)
     _allow_the_absent_groups(kube, namespace)
 
-    plain = _post(submitter[1], _body(namespace, num_nodes=1), django_capture_on_commit_callbacks)
+    plain = _post(submitter[1], job_body(namespace, num_nodes=1), django_capture_on_commit_callbacks)
     assert plain.status_code == 202, plain.json()
     assert Job.objects.get(pk=plain.json()["id"]).state == JobState.QUEUED
     assert plain.json()["id"] + "-1" in _trainjobs(kube, namespace)
 
-    queued = _post(submitter[1], _body(namespace, queue_name="dispatch"), django_capture_on_commit_callbacks)
+    queued = _post(
+        submitter[1], job_body(namespace, queue_name="dispatch"), django_capture_on_commit_callbacks
+    )
     assert queued.status_code == 422, queued.json()
     (reason,) = queued.json()["reasons"]
     assert reason["code"] == "queue-not-found"

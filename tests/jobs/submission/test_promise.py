@@ -143,6 +143,26 @@ def _submit(owner: User, namespace: str, **extra: Any) -> Execution:
     return Execution.objects.get(job=job, attempt=1)
 
 
+def _held_start(execution: Execution, holder: str = "chain-1") -> Delivery:
+    """The execution's start delivery, on a thread named "held" (what Pause holds), not started yet."""
+    return Delivery("held", lambda: starting.execution_submit(execution_id=execution.pk, holder=holder))
+
+
+def _submitted_and_killed_after_its_creates(
+    owner: User, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> Execution:
+    """A job submitted, and its start delivery killed right after its TrainJob create returned (before any
+    bookkeeping): the runtime copy and the TrainJob exist, the job is still pending."""
+    execution = _submit(owner, namespace)
+    pause = Pause(monkeypatch, hold="TrainJob", kill_after="TrainJob")
+    pause.go.set()
+    first = _held_start(execution)
+    first.start()
+    first.join(60)
+    assert isinstance(first.error, WorkerKilled), first.error
+    return execution
+
+
 def _names(kube: Any, namespace: str, plural: str) -> list[str]:
     items = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)["items"]
     return sorted(i["metadata"]["name"] for i in items if not i["metadata"].get("deletionTimestamp"))
@@ -234,13 +254,7 @@ def test_a_redelivery_adopts_only_the_body_it_would_create(
     """A delivery created the copy and the TrainJob and died before its bookkeeping; its redelivery adopts
     both (they carry the hash of exactly the bodies it would create) and the job is queued."""
     namespaced_runtime()
-    execution = _submit(submitter[0], namespace)
-    pause = Pause(monkeypatch, hold="TrainJob", kill_after="TrainJob")
-    pause.go.set()
-    first = Delivery("held", lambda: starting.execution_submit(execution_id=execution.pk, holder="chain-1"))
-    first.start()
-    first.join(60)
-    assert isinstance(first.error, WorkerKilled), first.error
+    execution = _submitted_and_killed_after_its_creates(submitter[0], namespace, monkeypatch)
     assert Job.objects.get(pk=execution.job_id).state == JobState.PENDING
     trainjob = kube.custom.get_namespaced_custom_object(
         GROUP, VERSION, namespace, "trainjobs", execution.trainjob_name
@@ -272,13 +286,7 @@ def test_a_label_domain_change_changes_nothing_already_submitted(
     job's domain, not refuse them; and the cancel removes them."""
     namespaced_runtime()
     _, platform_token = user_create(username="pat-domain", role=roles.PLATFORM, namespaces=["*"])
-    execution = _submit(submitter[0], namespace)
-    pause = Pause(monkeypatch, hold="TrainJob", kill_after="TrainJob")
-    pause.go.set()
-    first = Delivery("held", lambda: starting.execution_submit(execution_id=execution.pk, holder="chain-1"))
-    first.start()
-    first.join(60)
-    assert isinstance(first.error, WorkerKilled), first.error
+    execution = _submitted_and_killed_after_its_creates(submitter[0], namespace, monkeypatch)
 
     patched = _api(platform_token).patch(
         "/api/v1/settings", {"label_domain": "platform.example"}, format="json"
@@ -318,7 +326,7 @@ def _cancel_while_a_start_is_in_flight(
     """A start delivery passes its fence and is held at its copy create; the user cancels, and the delete task
     runs while nothing exists yet; then the held create lands."""
     execution = _submit(submitter[0], namespace)
-    held = Delivery("held", lambda: starting.execution_submit(execution_id=execution.pk, holder="chain-1"))
+    held = _held_start(execution)
     held.start()
     assert pause.reached.wait(60), "the start never reached its create"
     response = _api(submitter[1]).post(f"/api/v1/jobs/{execution.job_id}/cancel")  # runs the delete task
@@ -422,9 +430,7 @@ def test_a_delivery_that_outlived_its_lease_creates_nothing_beside_attempt_2(
     )
     first_name = execution.trainjob_name
     pause = Pause(monkeypatch, hold="TrainingRuntime")
-    stale = Delivery(
-        "held", lambda: starting.execution_submit(execution_id=execution.pk, holder="delivery-1")
-    )
+    stale = _held_start(execution, holder="delivery-1")
     stale.start()
     assert pause.reached.wait(60), "delivery 1 never reached its create"
     wait_for(

@@ -14,19 +14,16 @@ from typing import Any
 from django.db import connection
 from django.test import TestCase
 from kubernetes import client
-from rest_framework.test import APIClient
 
 from jobs.models import Job, JobState
 from jobs.supervision import cycle
-from tests.support.dispatch import GROUP, VERSION, wait_for
+from tests.support.dispatch import GROUP, VERSION, api_as, get_job, submit_job, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 
-
-def api(token: str) -> APIClient:
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    return api
+# The supervision tests import these from here.
+api = api_as
+get = get_job
 
 
 def body(namespace: str, env: dict[str, str], **extra: Any) -> dict[str, Any]:
@@ -40,19 +37,10 @@ def body(namespace: str, env: dict[str, str], **extra: Any) -> dict[str, Any]:
 
 
 def submit(token: str, body: dict[str, Any], capture: Any) -> str:
-    with capture(execute=True):
-        response = api(token).post("/api/v1/jobs", body, format="json")
-    assert response.status_code == 202, response.json()
-    job_id: str = response.json()["id"]
+    """POST /api/v1/jobs (202), and the job is queued."""
+    job_id = submit_job(token, body, capture)
     assert Job.objects.get(pk=job_id).state == JobState.QUEUED
     return job_id
-
-
-def get(token: str, job_id: str) -> dict[str, Any]:
-    response = api(token).get(f"/api/v1/jobs/{job_id}")
-    assert response.status_code == 200
-    data: dict[str, Any] = response.json()
-    return data
 
 
 def supervise_until(

@@ -21,86 +21,40 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client, TestCase
 from kubernetes.client.rest import ApiException
-from rest_framework.test import APIClient
 
 from cluster import kueue as cluster_kueue
 from jobs.models import Execution, Job
 from jobs.supervision import cycle
-from runtimes.models import AllowListEntry, SiteSettings
+from runtimes.models import SiteSettings
 from tests.jobs.observability.test_metrics import samples, scrape
 from tests.jobs.supervision.support import supervise_until, wait_job
 from tests.jobs.supervision.test_watches import watching
 from tests.support.cluster import REPO, Kube, KueueQueue
-from tests.support.dispatch import GROUP, VERSION
+from tests.support.dispatch import api_as, get_job, submit_job
 from tests.support.kueue import (
     KUEUE,
-    ONE_GPU_PER_NODE,
     Recorder,
+    admitted,
     conditions_summary,
+    get_trainjob,
     is_true,
     pending_workloads,
+    queue_job_body,
     queued_trainjob,
     wait_for,
     wait_workload,
     workload_of,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.django_db]
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db, pytest.mark.usefixtures("dispatch_kind_allowed")]
 
 MARK = "dispatch.dev/kueue-deactivated"
-
-
-def _api(token: str) -> APIClient:
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    return api
-
-
-def _body(queue: KueueQueue, **extra: Any) -> dict[str, Any]:
-    return {
-        "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
-        "namespace": queue.namespace,
-        "image": "localhost/trainer:v1",
-        "queue_name": queue.name,
-        "resources_per_node": ONE_GPU_PER_NODE,
-    } | extra
-
-
-@pytest.fixture(autouse=True)
-def _dispatch_kind_allowed(db: None) -> None:
-    AllowListEntry.objects.get_or_create(kind="ClusterTrainingRuntime", name="dispatch-kind", for_jobs=True)
 
 
 def _allow_priorities(namespace: str) -> None:
     site = SiteSettings.load()
     site.kueue_priority_classes = {namespace: ["dispatch-low", "dispatch-high"]}
     site.save()
-
-
-def _submit(token: str, body: dict[str, Any], capture: Any) -> str:
-    with capture(execute=True):
-        response = _api(token).post("/api/v1/jobs", body, format="json")
-    assert response.status_code == 202, response.json()
-    job_id: str = response.json()["id"]
-    return job_id
-
-
-def _trainjob(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
-    obj: dict[str, Any] = kube.custom.get_namespaced_custom_object(
-        GROUP, VERSION, namespace, "trainjobs", name
-    )
-    return obj
-
-
-def _get(token: str, job_id: str) -> dict[str, Any]:
-    response = _api(token).get(f"/api/v1/jobs/{job_id}")
-    assert response.status_code == 200
-    data: dict[str, Any] = response.json()
-    return data
-
-
-def _admitted(wl: dict[str, Any]) -> bool:
-    return is_true(wl, "QuotaReserved") and is_true(wl, "Admitted")
 
 
 def _pods_of_attempt(recorder: Recorder, job_id: str, attempt: int) -> dict[str, dict[str, Any]]:
@@ -149,21 +103,25 @@ def test_second_job_is_queued_for_quota_at_position_1_then_starts_when_the_first
 
     monkeypatch.setattr(cluster_kueue, "pending_workloads", spy)
     waits_before = _queue_waits()
-    first = _submit(
-        token, _body(kueue_queue, env={"KWOK_STAY_RUNNING": "1"}), django_capture_on_commit_callbacks
+    first = submit_job(
+        token, queue_job_body(kueue_queue, env={"KWOK_STAY_RUNNING": "1"}), django_capture_on_commit_callbacks
     )
     supervise_until(token, first, lambda d: d["state"] == "running", what="the first job running")
-    second = _submit(
-        token, _body(kueue_queue, env={"KWOK_RUN_DURATION": "2s"}), django_capture_on_commit_callbacks
+    second = submit_job(
+        token,
+        queue_job_body(kueue_queue, env={"KWOK_RUN_DURATION": "2s"}),
+        django_capture_on_commit_callbacks,
     )
-    third = _submit(
-        token, _body(kueue_queue, env={"KWOK_RUN_DURATION": "2s"}), django_capture_on_commit_callbacks
+    third = submit_job(
+        token,
+        queue_job_body(kueue_queue, env={"KWOK_RUN_DURATION": "2s"}),
+        django_capture_on_commit_callbacks,
     )
 
     # Kueue orders equal-priority Workloads by creation time, to the second: two made in the same second may
     # come in either order, so the test reads which one is next instead of assuming it (a flake seen in CI).
     def places() -> dict[str, int | None]:
-        return {j: (_get(token, j)["queued_reason"] or {}).get("position") for j in (second, third)}
+        return {j: (get_job(token, j)["queued_reason"] or {}).get("position") for j in (second, third)}
 
     supervise_until(
         token,
@@ -177,14 +135,15 @@ def test_second_job_is_queued_for_quota_at_position_1_then_starts_when_the_first
     # later): that job's reason carries Kueue's words; both read awaiting-quota.
     def kueue_said() -> list[str]:
         return [
-            str((_get(token, j)["queued_reason"] or {}).get("message", ""))
+            str((get_job(token, j)["queued_reason"] or {}).get("message", ""))
             for j in (second, third)
-            if "insufficient unused quota" in str((_get(token, j)["queued_reason"] or {}).get("message", ""))
+            if "insufficient unused quota"
+            in str((get_job(token, j)["queued_reason"] or {}).get("message", ""))
         ]
 
     supervise_until(token, second, lambda d: bool(kueue_said()), what="Kueue's reason for a waiting job")
     assert "insufficient unused quota for nvidia.com/gpu in flavor dispatch-kwok" in kueue_said()[0]
-    waiting = _get(token, second)
+    waiting = get_job(token, second)
     reason = waiting["queued_reason"]
     assert waiting["state"] == "queued" and reason["reason"] == "awaiting-quota", reason
     assert reason["position"] == 1 and reason["local_queue"] == kueue_queue.name, reason
@@ -210,7 +169,7 @@ def test_second_job_is_queued_for_quota_at_position_1_then_starts_when_the_first
     assert f"<code>{kueue_queue.cluster_queue}</code> <strong>2</strong> jobs" in box, box
 
     with django_capture_on_commit_callbacks(execute=True):
-        cancelled = _api(token).post(f"/api/v1/jobs/{first}/cancel")
+        cancelled = api_as(token).post(f"/api/v1/jobs/{first}/cancel")
     assert cancelled.status_code in (200, 202), cancelled.content
     done = supervise_until(
         token,
@@ -259,15 +218,15 @@ def test_kueue_preemption_ends_attempt_1_for_good_and_attempt_2_runs_as_a_new_tr
     recorder = Recorder(kube, ns).start()
     held: list[Callable[[], Any]] = []
     try:
-        body = _body(
+        body = queue_job_body(
             kueue_queue,
             priority_class="dispatch-low",
             env={"KWOK_STAY_RUNNING": "1"},
             recovery_policy={"retry": {"preempted": 1}, "backoff_seconds": {"preempted": 0}},
         )
-        job_id = _submit(token, body, django_capture_on_commit_callbacks)
+        job_id = submit_job(token, body, django_capture_on_commit_callbacks)
         supervise_until(token, job_id, lambda d: d["state"] == "running", what="the low job running")
-        first = _trainjob(kube, ns, f"{job_id}-1")
+        first = get_trainjob(kube, ns, f"{job_id}-1")
         first_pods = set(_pods_of_attempt(recorder, job_id, 1))
         assert len(first_pods) == 2, first_pods
 
@@ -311,7 +270,7 @@ def test_kueue_preemption_ends_attempt_1_for_good_and_attempt_2_runs_as_a_new_tr
             if rerun_seen():
                 return True
             pending = {i["metadata"]["name"] for i in pending_workloads(kube, kueue_queue).get("items") or []}
-            return first_wl not in pending and not _admitted(workload_of(kube, first) or {})
+            return first_wl not in pending and not admitted(workload_of(kube, first) or {})
 
         wait_for("attempt 1 out of Kueue's queue (or re-admitted)", settled, timeout=60)
         rerun = {
@@ -343,7 +302,7 @@ def test_kueue_preemption_ends_attempt_1_for_good_and_attempt_2_runs_as_a_new_tr
             what="attempt 2 running",
         )
         assert done["executions"][0]["cause"] == "preempted", done["executions"]
-        second = _trainjob(kube, ns, f"{job_id}-2")
+        second = get_trainjob(kube, ns, f"{job_id}-2")
         assert second["metadata"]["uid"] != first["metadata"]["uid"]
         pods_2 = wait_for(
             "attempt 2's pods seen running",
@@ -384,15 +343,15 @@ def test_while_dispatch_sees_nothing_kueue_cannot_admit_a_preempted_attempt_agai
     _allow_priorities(ns)
     recorder = Recorder(kube, ns).start()
     try:
-        body = _body(
+        body = queue_job_body(
             kueue_queue,
             priority_class="dispatch-low",
             env={"KWOK_STAY_RUNNING": "1"},
             recovery_policy={"retry": {"preempted": 1}, "backoff_seconds": {"preempted": 0}},
         )
-        job_id = _submit(token, body, django_capture_on_commit_callbacks)
+        job_id = submit_job(token, body, django_capture_on_commit_callbacks)
         supervise_until(token, job_id, lambda d: d["state"] == "running", what="the low job running")
-        first = _trainjob(kube, ns, f"{job_id}-1")
+        first = get_trainjob(kube, ns, f"{job_id}-1")
         first_pods = set(_pods_of_attempt(recorder, job_id, 1))
         assert len(first_pods) == 2, first_pods
         log_before = len(_kueue_log())
@@ -423,7 +382,7 @@ def test_while_dispatch_sees_nothing_kueue_cannot_admit_a_preempted_attempt_agai
             "another refused try",
             lambda: _kueue_log()[log_before:].count(f"{first_wl} was evicted before (") >= 2 or bool(rerun()),
         )
-        assert not _admitted(workload_of(kube, first) or {})
+        assert not admitted(workload_of(kube, first) or {})
         assert rerun() == set(), f"attempt 1 ran again under the same identity: {sorted(rerun())}"
 
         # dispatch looks again: the eviction it did not see ends attempt 1, attempt 2 is a new TrainJob.
@@ -452,11 +411,11 @@ def test_a_workload_a_user_deactivates_cancels_the_job_outside_dispatch(
 ) -> None:
     ns = kueue_queue.namespace
     token = submitter[1]
-    job_id = _submit(
-        token, _body(kueue_queue, env={"KWOK_STAY_RUNNING": "1"}), django_capture_on_commit_callbacks
+    job_id = submit_job(
+        token, queue_job_body(kueue_queue, env={"KWOK_STAY_RUNNING": "1"}), django_capture_on_commit_callbacks
     )
     supervise_until(token, job_id, lambda d: d["state"] == "running", what="running")
-    trainjob = _trainjob(kube, ns, f"{job_id}-1")
+    trainjob = get_trainjob(kube, ns, f"{job_id}-1")
     wl = workload_of(kube, trainjob) or {}
     kube.custom.patch_namespaced_custom_object(
         *KUEUE, ns, "workloads", wl["metadata"]["name"], {"spec": {"active": False}}
@@ -484,9 +443,11 @@ def test_a_pods_ready_timeout_ends_the_attempt_evicted(
     `manage.py supervise` (its informers watch the namespace's Workloads)."""
     ns = kueue_queue.namespace
     token = submitter[1]
-    body = _body(kueue_queue, env={"KWOK_IMAGE_PULL_ERROR": "1"}, recovery_policy={"retry": {"evicted": 0}})
-    job_id = _submit(token, body, django_capture_on_commit_callbacks)
-    trainjob = _trainjob(kube, ns, f"{job_id}-1")
+    body = queue_job_body(
+        kueue_queue, env={"KWOK_IMAGE_PULL_ERROR": "1"}, recovery_policy={"retry": {"evicted": 0}}
+    )
+    job_id = submit_job(token, body, django_capture_on_commit_callbacks)
+    trainjob = get_trainjob(kube, ns, f"{job_id}-1")
     recorder = Recorder(kube, ns).start()
     try:
         if path == "beat":
@@ -494,7 +455,7 @@ def test_a_pods_ready_timeout_ends_the_attempt_evicted(
         else:
             with watching(interval=0.5):
                 wait_job(job_id, lambda j: j.state == "failed", timeout=90, what="failed")
-            done = _get(token, job_id)
+            done = get_job(token, job_id)
     finally:
         recorder.stop()
     assert done["cause"] == "evicted", (done["cause"], done["message"])
@@ -515,7 +476,7 @@ def workload_name(trainjob: dict[str, Any]) -> str:
 
 def _exists(kube: Kube, namespace: str, name: str) -> bool:
     try:
-        _trainjob(kube, namespace, name)
+        get_trainjob(kube, namespace, name)
     except ApiException as exc:
         if exc.status == 404:
             return False
@@ -538,7 +499,7 @@ def test_deactivation_is_a_compare_and_set_that_rereads_after_a_conflict_and_is_
 
     ns = kueue_queue.namespace
     tj = queued_trainjob(kube, kueue_queue, "victim", env={"KWOK_STAY_RUNNING": "1"}, gpus=True)
-    wl = wait_workload(kube, tj, _admitted, "admitted")
+    wl = wait_workload(kube, tj, admitted, "admitted")
     name, uid = wl["metadata"]["name"], wl["metadata"]["uid"]
     verbs: list[str] = []
     real = gateway.call_api
@@ -613,7 +574,7 @@ def test_without_kueue_the_workload_list_is_one_404_remembered_and_supervision_g
         "env": {"KWOK_STAY_RUNNING": "1"},
     }
     try:
-        job_id = _submit(token, body, django_capture_on_commit_callbacks)
+        job_id = submit_job(token, body, django_capture_on_commit_callbacks)
         data = supervise_until(token, job_id, lambda d: d["state"] == "running", what="running")
         assert not data.get("supervision_warnings"), data["supervision_warnings"]
         for _ in range(3):
