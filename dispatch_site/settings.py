@@ -190,6 +190,8 @@ READINESS_CHECKS = {
 }
 
 CELERY_BROKER_URL = REDIS_URL
+# kombu's Redis transport, fixed so that a Redis restart does not end a worker (dispatch_site.broker).
+CELERY_BROKER_TRANSPORT = "dispatch_site.broker:Transport"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True  # a task is acknowledged after it ran, so a killed worker does not lose it
