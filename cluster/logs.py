@@ -35,6 +35,7 @@ class PodInfo:
     created: str
     containers: tuple[str, ...]
     init_containers: tuple[str, ...] = field(default=())
+    uid: str = ""
 
 
 def _int(value: object) -> int | None:
@@ -55,6 +56,7 @@ def _pod_info(item: dict[str, Any]) -> PodInfo:
     return PodInfo(
         name=str(meta.get("name", "")),
         namespace=str(meta.get("namespace", "")),
+        uid=str(meta.get("uid", "")),
         rank=rank,
         restart_attempt=_int(labels.get(RESTART_ATTEMPT)) or 0,
         replicated_job=str(labels.get(REPLICATED_JOB, "")),

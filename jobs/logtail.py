@@ -44,6 +44,14 @@ def pick_pod(
     return max(mine, key=lambda p: (p.restart_attempt, p.created), default=None)
 
 
+def chain_pods(pods: list[cluster_logs.PodInfo], execution: Execution) -> list[cluster_logs.PodInfo]:
+    """Of the pods listed by the job's labels, those supervision found in the attempt's owner chain (TrainJob
+    -> JobSet -> Job -> pod, by UID: Execution.pods_seen). Anyone who can create a pod in the namespace can
+    copy the labels; such a pod's log is never shown or kept as the rank's (pure)."""
+    seen = execution.pods_seen or {}
+    return [p for p in pods if p.uid and p.uid in seen]
+
+
 def pod_selector(job: Job, attempt: int) -> str:
     """The label selector of one attempt's pods, in the label domain stored with the job."""
     return f"{job.label_domain}/job={job.id},{job.label_domain}/attempt={attempt}"
@@ -54,7 +62,9 @@ def execution_log_keep(*, job: Job, execution: Execution) -> bool:
     if execution.rank is None or execution.log_tail:
         return bool(execution.log_tail)
     try:
-        pods = cluster_logs.list_pods(job.namespace, pod_selector(job, execution.attempt))
+        pods = chain_pods(
+            cluster_logs.list_pods(job.namespace, pod_selector(job, execution.attempt)), execution
+        )
         pod = pick_pod(pods, rank=execution.rank, restart_attempt=None)
         if pod is None or CONTAINER not in pod.containers:
             return False

@@ -1,7 +1,8 @@
 """GET /api/v1/jobs/{id}/logs?attempt=&rank=&container=&tail=&follow= : one rank's log, as text.
 
-The pod is found by the job's labels (one list call), never by guessing its name: the rank is the pod's
-completion index, and of a rank's pods in one attempt (a JobSet restart makes another) the newest JobSet
+The pod is found by the job's labels (one list call), never by guessing its name, and counts only when
+supervision found it in the attempt's owner chain (jobs.logtail.chain_pods: a pod with copied labels is never
+the rank's): the rank is the pod's completion index, and of a rank's pods in one attempt (a JobSet restart makes another) the newest JobSet
 restart answers unless ?restart_attempt= names one. A rank with no pod is 404 naming the ranks and attempts
 that have pods, so the caller's next request is the right one, unless its log was kept when dispatch deleted
 its failed attempt's TrainJob (jobs.logtail): then the kept lines answer, with X-Dispatch-Kept.
@@ -25,7 +26,7 @@ from cluster.errors import ClusterError, NotFound, Rejected
 from dispatch_site.api import DetailSerializer, StrictSerializer
 from dispatch_site.longrequests import released_after, take_slot
 from jobs import selectors
-from jobs.logtail import kept_log, pick_pod, pod_selector
+from jobs.logtail import chain_pods, kept_log, pick_pod, pod_selector
 from jobs.models import Job
 
 MAX_TAIL = 10_000
@@ -62,7 +63,8 @@ def _find_pod(
                 f"job {job.id} has no attempts (it is {job.state}): no pod ever ran", attempts=[]
             )
         raise LogNotFound(f"job {job.id} has no attempt {attempt}", attempts=attempts)
-    pods = cluster_logs.list_pods(job.namespace, pod_selector(job, attempt))
+    execution = job.executions.get(attempt=attempt)
+    pods = chain_pods(cluster_logs.list_pods(job.namespace, pod_selector(job, attempt)), execution)
     pod = pick_pod(pods, rank=rank, restart_attempt=restart_attempt)
     if pod is None:
         ranks = sorted({p.rank for p in pods if p.rank is not None})

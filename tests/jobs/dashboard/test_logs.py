@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
-from jobs.models import Job, JobState
+from jobs.models import Execution, Job, JobState
+from jobs.supervision import cycle
 from tests.support.dispatch import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db]
@@ -53,6 +55,16 @@ def running_job(
         return len(pods) == 2 and all(p.status.phase == "Running" for p in pods)
 
     wait_for(running, timeout=90, what="2 running pods")
+    # Supervision runs beside the API (the beat's cycle here): it is what finds the pods in the job's chain.
+    wait_for(
+        lambda: (
+            cycle.supervise()
+            and Job.objects.get(pk=job_id).state == JobState.RUNNING
+            and len(Execution.objects.get(job_id=job_id, attempt=1).pods_seen) == 2
+        ),
+        timeout=60,
+        what="supervision reading the job running",
+    )
     return job_id
 
 
@@ -64,6 +76,54 @@ def test_a_ranks_log_is_text_with_the_pod_named(submitter: tuple[User, str], run
     assert response["X-Dispatch-Rank"] == "1" and response["X-Dispatch-Attempt"] == "1"
     assert response["X-Dispatch-Pod"].startswith(f"{running_job}-1-node-0-1-")
     assert response["X-Dispatch-Truncated"] == "false"
+
+
+def test_a_strangers_pod_with_the_ranks_labels_is_never_the_ranks_log(
+    submitter: tuple[User, str], running_job: str, namespace: str, kube: Any
+) -> None:
+    """Anyone who can create a pod in the namespace can copy a rank's labels; the newest pod of a rank used to
+    answer. Only a pod supervision found in the attempt's owner chain counts (the stranger is Running, newer,
+    and carries the same job, attempt, completion index and JobSet restart)."""
+    [real] = [
+        p
+        for p in kube.core.list_namespaced_pod(
+            namespace, label_selector=f"dispatch.dev/job={running_job}"
+        ).items
+        if p.metadata.labels["batch.kubernetes.io/job-completion-index"] == "1"
+    ]
+    # Newer than the rank's pod by the API server's clock (creationTimestamp has whole seconds), so that a
+    # choice by labels and age alone would pick the stranger.
+    wait_for(
+        lambda: datetime.now(UTC) - real.metadata.creation_timestamp > timedelta(seconds=1.5),
+        what="a second past the rank pod's creation",
+    )
+    kube.core.create_namespaced_pod(
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{running_job}-1-node-0-1-zzzzz", "labels": dict(real.metadata.labels)},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "node",
+                        "image": "localhost/stranger:v1",
+                        "env": [{"name": "KWOK_STAY_RUNNING", "value": "1"}],
+                    }
+                ],
+            },
+        },
+    )
+    wait_for(
+        lambda: (
+            kube.core.read_namespaced_pod(f"{running_job}-1-node-0-1-zzzzz", namespace).status.phase
+            == "Running"
+        ),
+        what="the stranger's pod running",
+    )
+    response = _api(submitter[1]).get(f"/api/v1/jobs/{running_job}/logs?attempt=1&rank=1&tail=50")
+    assert response.status_code == 200
+    assert response["X-Dispatch-Pod"] == real.metadata.name
 
 
 def test_follow_streams_while_the_pod_runs(
