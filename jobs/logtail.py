@@ -58,15 +58,20 @@ def pod_selector(job: Job, attempt: int) -> str:
 
 
 def execution_log_keep(*, job: Job, execution: Execution) -> bool:
-    """Read and store the failing rank's last lines (once per execution); whether a log is kept now."""
+    """Read and store the failing rank's last lines (once per execution); whether a log is kept now. A rank
+    whose pod is already gone is recorded as such ({"rank", "missing"}, no text), so the delete's later
+    passes do not list the pods again; a read that failed is tried again on the next pass."""
     if execution.rank is None or execution.log_tail:
-        return bool(execution.log_tail)
+        return "text" in (execution.log_tail or {})
     try:
         pods = chain_pods(
             cluster_logs.list_pods(job.namespace, pod_selector(job, execution.attempt)), execution
         )
         pod = pick_pod(pods, rank=execution.rank, restart_attempt=None)
         if pod is None or CONTAINER not in pod.containers:
+            missing = {"rank": execution.rank, "missing": "no pod of the rank was left to read"}
+            Execution.objects.filter(pk=execution.pk, log_tail={}).update(log_tail=missing)
+            execution.log_tail = missing
             return False
         log = cluster_logs.read_log(
             job.namespace, pod.name, CONTAINER, tail_lines=KEPT_LINES, limit_bytes=KEPT_BYTES

@@ -91,6 +91,11 @@ def test_a_strangers_pod_with_the_ranks_labels_is_never_the_ranks_log(
         ).items
         if p.metadata.labels["batch.kubernetes.io/job-completion-index"] == "1"
     ]
+    # The job's labels, the rank and the JobSet restart; not the Job's own selector (controller-uid), or the
+    # Job controller would adopt the pod and delete it as an extra one.
+    copied = {
+        k: v for k, v in real.metadata.labels.items() if "controller-uid" not in k and "job-name" not in k
+    }
     # Newer than the rank's pod by the API server's clock (creationTimestamp has whole seconds), so that a
     # choice by labels and age alone would pick the stranger.
     wait_for(
@@ -102,7 +107,7 @@ def test_a_strangers_pod_with_the_ranks_labels_is_never_the_ranks_log(
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": f"{running_job}-1-node-0-1-zzzzz", "labels": dict(real.metadata.labels)},
+            "metadata": {"name": f"{running_job}-1-node-0-1-zzzzz", "labels": copied},
             "spec": {
                 "containers": [
                     {
@@ -196,3 +201,61 @@ def test_a_failed_ranks_log_is_kept_when_its_trainjob_is_deleted(
     page.force_login(submitter[0])
     html = page.get(f"/jobs/{job_id}/log/?attempt=1&rank=1").content.decode()
     assert KWOK_LOG in html and 'id="log-kept"' in html
+
+
+def test_a_rank_whose_pod_went_first_is_recorded_once_not_listed_on_every_delete_pass(
+    submitter: tuple[User, str],
+    namespace: str,
+    namespaced_runtime: Callable[..., Any],
+    kube: Any,
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each pass of a failed attempt's delete keeps the failing rank's log first (a delete is retried until
+    its objects are gone); when the pod is already gone (the worker that deletes was late), every pass listed
+    the pods again. Now the first records that no pod was left, and the later ones read nothing (the list
+    calls are counted with a spy around the real gateway call)."""
+    from django.test import TestCase
+
+    from cluster import logs as cluster_logs
+    from jobs.logtail import execution_log_keep
+    from jobs.submission.cancel import execution_objects_delete
+    from tests.jobs.supervision import support
+
+    namespaced_runtime()
+    env = {"KWOK_EXIT_CODE": "3", "KWOK_FAIL_RANK": "1", "KWOK_RUN_DURATION": "2s"}
+    job_id = support.submit(submitter[1], support.body(namespace, env), django_capture_on_commit_callbacks)
+
+    def failed_with_the_delete_held() -> bool:
+        with TestCase.captureOnCommitCallbacks(execute=False):  # the worker that would delete is late
+            cycle.supervise()
+        return Execution.objects.get(job_id=job_id, attempt=1).state == JobState.FAILED
+
+    wait_for(failed_with_the_delete_held, timeout=90, what="attempt 1 failed, its delete not run")
+    kube.custom.delete_namespaced_custom_object(
+        "trainer.kubeflow.org",
+        "v1alpha1",
+        namespace,
+        "trainjobs",
+        f"{job_id}-1",
+        propagation_policy="Background",
+    )
+    wait_for(lambda: not support.pods_of(kube, namespace, job_id), timeout=60, what="its pods gone")
+    calls: list[str] = []
+    real = cluster_logs.list_pods
+
+    def counted(namespace: str, label_selector: str) -> list[cluster_logs.PodInfo]:
+        calls.append(label_selector)
+        return real(namespace, label_selector)
+
+    monkeypatch.setattr(cluster_logs, "list_pods", counted)
+    job = Job.objects.get(pk=job_id)
+    for _ in range(3):  # what each pass of the delete does first, on the execution as it reads it afresh
+        execution_log_keep(job=job, execution=Execution.objects.get(job_id=job_id, attempt=1))
+    assert len(calls) == 1, calls
+    assert execution_objects_delete(job, Execution.objects.get(job_id=job_id, attempt=1))  # nothing left
+    assert len(calls) == 1, calls
+    execution = Execution.objects.get(job_id=job_id, attempt=1)
+    assert execution.log_tail == {"rank": 1, "missing": "no pod of the rank was left to read"}
+    response = _api(submitter[1]).get(f"/api/v1/jobs/{job_id}/logs?attempt=1&rank=1")
+    assert response.status_code == 404  # nothing kept, no pod: the answer says so
