@@ -2,10 +2,11 @@
 
 The pod is found by the job's labels (one list call), never by guessing its name, and counts only when
 supervision found it in the attempt's owner chain (jobs.logtail.chain_pods: a pod with copied labels is never
-the rank's): the rank is the pod's completion index, and of a rank's pods in one attempt (a JobSet restart makes another) the newest JobSet
-restart answers unless ?restart_attempt= names one. A rank with no pod is 404 naming the ranks and attempts
-that have pods, so the caller's next request is the right one, unless its log was kept when dispatch deleted
-its failed attempt's TrainJob (jobs.logtail): then the kept lines answer, with X-Dispatch-Kept.
+the rank's): the rank is the pod's completion index, and of a rank's pods in one attempt (a JobSet restart
+makes another) the newest JobSet restart answers unless ?restart_attempt= names one. A rank with no pod is 404
+naming the ranks and attempts that have pods, so the caller's next request is the right one, unless its log
+was kept when dispatch deleted its failed attempt's TrainJob (jobs.logtail): then the kept lines answer, with
+X-Dispatch-Kept.
 """
 
 from __future__ import annotations
