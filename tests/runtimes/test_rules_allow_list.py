@@ -1,8 +1,4 @@
-"""The runtime rules (runtimes.rules): the site's runtime allow-list and runtimes that are missing.
-
-Every case starts from the spec's example runtime (tests.runtimes.support_rules) and changes one thing, so a
-failing case names the rule that broke. Pure: no database, no cluster.
-"""
+"""The runtime rules (runtimes.rules): the site's runtime allow-list and runtimes that are missing."""
 
 from __future__ import annotations
 

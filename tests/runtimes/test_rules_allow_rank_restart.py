@@ -1,9 +1,5 @@
 """The runtime rules (runtimes.rules) under allowRankRestart: the reasons it waives and the identity
-warning it brings.
-
-Every case starts from the spec's example runtime (tests.runtimes.support_rules) and changes one thing, so a
-failing case names the rule that broke. Pure: no database, no cluster.
-"""
+warning it brings."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
 """The runtime rules (runtimes.rules) one at a time: the spec's example passes, then one table of cases
-per rule.
-
-Every case starts from the spec's example runtime (tests.runtimes.support_rules) and changes one thing, so a
-failing case names the rule that broke. Pure: no database, no cluster.
-"""
+per rule."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
 """The runtime rules (runtimes.rules): the helpers others use, the verdict's JSON form and the site rules'
-own checks.
-
-Every case starts from the spec's example runtime (tests.runtimes.support_rules) and changes one thing, so a
-failing case names the rule that broke. Pure: no database, no cluster.
-"""
+own checks."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The runtime rules (runtimes.rules): what a reason's message says, and the path it names.
-
-Every case starts from the spec's example runtime (tests.runtimes.support_rules) and changes one thing, so a
-failing case names the rule that broke. Pure: no database, no cluster.
-"""
+"""The runtime rules (runtimes.rules): what a reason's message says, and the path it names."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
 """The runtime rules (runtimes.rules) together: several reasons at once, all of them in DESIGN.md's table
-order, and the accepted neighbours of the four newer rules.
-
-Every case starts from the spec's example runtime (tests.runtimes.support_rules) and changes one thing, so a
-failing case names the rule that broke. Pure: no database, no cluster.
-"""
+order, and the accepted neighbours of the four newer rules."""
 
 from __future__ import annotations
 
