@@ -17,6 +17,7 @@ from kubernetes import client
 
 from jobs.models import Job, JobState
 from jobs.supervision import cycle
+from jobs.supervision.cache import CacheSource
 from tests.support.dispatch import GROUP, VERSION, api_as, get_job, submit_job, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
@@ -143,3 +144,67 @@ def paused(component: str) -> Iterator[None]:
 
 def transitions(data: dict[str, Any]) -> list[tuple[str, str]]:
     return [(e["from_state"], e["to_state"]) for e in data["timeline"] if e["kind"] == "transition"]
+
+
+def _post(token: str, namespace: str, env: dict[str, str], **extra: Any) -> str:
+    response = api(token).post("/api/v1/jobs", body(namespace, env, **extra), format="json")
+    assert response.status_code == 202, response.json()
+    job_id: str = response.json()["id"]
+    return job_id
+
+
+def _evict(kube: Any, namespace: str, pod: Any) -> None:
+    kube.core.create_namespaced_pod_eviction(
+        pod.metadata.name,
+        namespace,
+        {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.metadata.name, "namespace": namespace},
+        },
+    )
+
+
+class Reports:
+    """The cycle reports of a supervisor, thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.items: list[cycle.CycleReport] = []
+
+    def __call__(self, report: cycle.CycleReport) -> None:
+        with self._lock:
+            self.items.append(report)
+
+    def since(self, count: int) -> list[cycle.CycleReport]:
+        with self._lock:
+            return [r for r in self.items[count:] if r.ran]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self.items)
+
+
+@contextlib.contextmanager
+def watching(**options: Any) -> Iterator[tuple[CacheSource, Reports]]:
+    source, reports = CacheSource(), Reports()
+    try:
+        with supervisor_process(source=source, on_cycle=reports, **options):
+            yield source, reports
+    finally:
+        source.close()
+
+
+def _exists(read: Callable[[], Any]) -> bool:
+    try:
+        read()
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def _job_conditions(kube: Any, namespace: str, job_id: str) -> set[str]:
+    jobs = kube.batch.list_namespaced_job(namespace, label_selector=f"dispatch.dev/job={job_id}").items
+    return {c.type for j in jobs for c in (j.status.conditions or []) if c.status == "True"}

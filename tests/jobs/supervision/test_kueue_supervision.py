@@ -27,8 +27,7 @@ from jobs.models import Execution, Job
 from jobs.supervision import cycle
 from runtimes.models import SiteSettings
 from tests.jobs.observability.test_metrics import samples, scrape
-from tests.jobs.supervision.support import supervise_until, wait_job
-from tests.jobs.supervision.test_watches import watching
+from tests.jobs.supervision.support import supervise_until, wait_job, watching
 from tests.support.cluster import REPO, Kube, KueueQueue
 from tests.support.dispatch import api_as, get_job, submit_job
 from tests.support.kueue import (
