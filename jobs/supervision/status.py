@@ -1292,14 +1292,7 @@ def _failure_from_job_messages(
             match = _EXIT_CODE_IN_MESSAGE.search(str(cond.get("message", "")))
             if match:
                 code = int(match.group(3))
-                ev = [
-                    _ev(
-                        object_ref("Job", job),
-                        f"status.conditions[{kind}].message",
-                        cond.get("message"),
-                        cond.get("lastTransitionTime"),
-                    )
-                ]
+                ev = [_job_message_evidence(job, kind, cond)]
                 # An Indexed Job's pod is named <job>-<index>-<suffix> [K: podGenerateNameWithIndex].
                 pod_name = match.group(2).rpartition("/")[2]
                 index = pod_name.removeprefix(f"{_name(job)}-").split("-")[0]
@@ -1309,6 +1302,15 @@ def _failure_from_job_messages(
                 ev = [_ev(object_ref("Job", job), f"status.conditions[{kind}].reason", "DeadlineExceeded")]
                 return TIMEOUT, "a Job ran past its activeDeadlineSeconds", ev, None, None
     return None
+
+
+def _job_message_evidence(job: Mapping[str, Any], kind: str, cond: Mapping[str, Any]) -> dict[str, Any]:
+    return _ev(
+        object_ref("Job", job),
+        f"status.conditions[{kind}].message",
+        cond.get("message"),
+        cond.get("lastTransitionTime"),
+    )
 
 
 def disrupted_pods_named(jobs: Iterable[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], str, str]]:
@@ -1345,15 +1347,7 @@ def disruption_from_job_messages(
     Scheduled event names (gone or unreachable: node-lost). With none of these it was the Eviction API, the
     one disruption that leaves no other trace (status-facts §1.2)."""
     for job, kind, pod_name in disrupted_pods_named(jobs):
-        cond = _true(job, kind) or {}
-        ev = [
-            _ev(
-                object_ref("Job", job),
-                f"status.conditions[{kind}].message",
-                cond.get("message"),
-                cond.get("lastTransitionTime"),
-            )
-        ]
+        ev = [_job_message_evidence(job, kind, _true(job, kind) or {})]
         index = pod_name.removeprefix(f"{_name(job)}-").split("-")[0]
         rank = _int(index) if pod_name.startswith(f"{_name(job)}-") else None
         events = pod_events.get(pod_name, [])

@@ -45,7 +45,7 @@ def fault_kueue_wave(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
         )
         allowed = answer.status_code if answer is not None else None
     lows = [
-        JobPlan(index=base + i, kind=KUEUE_LOW, at=at, policy="retry", duration=plan.long_duration)
+        JobPlan(index=base + i, kind=KUEUE_LOW, at=at, policy="retry", duration=plan.kueue_low_duration)
         for i in range(2)
     ]
     entries = [submit(ctx, item, extra(kueue_names["low"])) for item in lows]
@@ -66,22 +66,15 @@ def fault_kueue_wave(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
         time.sleep(1)
     else:
         return {"verified": False, "summary": "no low-priority job ran within 90 s"}
-    # The low jobs' TrainJobs by name (a rank pod's JobSet is named after its TrainJob), read before
-    # the wave: dispatch ends a preempted attempt within a second or so, deleting its TrainJob and so
-    # its Workload, so the Workload is polled closely and its owner is not read back.
-    trainjobs: dict[str, tuple[str, str]] = {}
-    for raw in kube.pods(namespace):
-        labels = raw["metadata"].get("labels") or {}
-        identity = pod_identity(raw)
-        if identity["job"] in low_ids and labels.get("jobset.sigs.k8s.io/jobset-name"):
-            trainjobs[labels["jobset.sigs.k8s.io/jobset-name"]] = (
-                identity["job"],
-                str(identity.get("attempt") or ""),
-            )
+    # A preempted Workload is matched to its low job by its owner's name: dispatch names a TrainJob
+    # <job id>-<attempt>. (A map of the low jobs' TrainJobs read from their pods before the wave missed the
+    # second low job, which had not started yet and was the one preempted: seed 3.) dispatch ends a
+    # preempted attempt within a second or so, deleting its TrainJob and its Workload: polled closely.
     high = JobPlan(index=base + 9, kind=KUEUE_HIGH, at=at, policy="retry", duration=3.0)
     high_entry = submit(ctx, high, extra(kueue_names["high"]))
     preempted: list[dict[str, Any]] = []
-    deadline = time.monotonic() + 90
+    # The high job's start may wait for the stale sweep (a worker killed with it, seed 3): up to 2 min.
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline and not preempted:
         for wl in kube.custom.list_namespaced_custom_object(
             "kueue.x-k8s.io", "v1beta2", namespace, "workloads", _request_timeout=10
@@ -95,9 +88,9 @@ def fault_kueue_wave(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
                     (o for o in wl["metadata"].get("ownerReferences") or [] if o.get("kind") == "TrainJob"),
                     None,
                 )
-                if owner is None or owner["name"] not in trainjobs:
+                job_id, _, attempt = str((owner or {}).get("name", "")).rpartition("-")
+                if job_id not in low_ids:
                     continue
-                job_id, attempt = trainjobs[owner["name"]]
                 preempted.append(
                     {
                         "workload": wl["metadata"]["name"],

@@ -52,6 +52,7 @@ class RunPlan:
     faults: tuple[FaultPlan, ...]
     submit_phase: float
     long_duration: float
+    kueue_low_duration: float  # the Kueue wave's low jobs: still running when a late high job arrives
 
 
 def make_plan(*, seed: int, jobs: int, short: bool, kueue: bool) -> RunPlan:
@@ -63,6 +64,11 @@ def make_plan(*, seed: int, jobs: int, short: bool, kueue: bool) -> RunPlan:
     rng = random.Random(seed)
     submit_phase = 30.0 if short else max(120.0, jobs * 0.6)
     long_duration = 20.0 if short else 40.0
+    # The wave's low jobs run one after the other (one fills its ClusterQueue). A high job whose start was
+    # lost with a killed worker waits for the stale sweep (up to 2 min): the two low jobs together must
+    # outlast that (seed 3 saw both end before it came: nothing was preempted), and the preempted one's next
+    # attempt must still end within the settle time (420 s; at 240 s each the run settled in 386 s).
+    kueue_low_duration = 20.0 if short else 100.0
     window = submit_phase + 20
     kills = 1 if short else 8
     evictions = 1 if short else 6
@@ -139,6 +145,7 @@ def make_plan(*, seed: int, jobs: int, short: bool, kueue: bool) -> RunPlan:
         faults=tuple(FaultPlan(f.at, f.fault, f.pick, tuple(targets[n])) for n, f in enumerate(faults)),
         submit_phase=submit_phase,
         long_duration=long_duration,
+        kueue_low_duration=kueue_low_duration,
     )
 
 

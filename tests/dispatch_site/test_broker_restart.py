@@ -14,78 +14,20 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from jobs import enqueue
 from tests.client.conftest import BIN, REPO, database_url, free_port
-
-
-class OwnRedis:
-    """A redis-server this test started (its pid is ours), nothing kept on disk."""
-
-    def __init__(self, port: int, logs: Path) -> None:
-        self.port, self.logs = port, logs
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port, socket_connect_timeout=1, socket_timeout=2)
-
-    def start(self) -> None:
-        with (self.logs / "redis.log").open("ab") as log:
-            self.process = subprocess.Popen(
-                [
-                    "redis-server",
-                    "--port",
-                    str(self.port),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        wait_for(self._answers, 20, f"redis-server on {self.port}")
-
-    def _answers(self) -> bool:
-        try:
-            return bool(self.client().ping())
-        except redis.RedisError:
-            return False
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(sig)
-            self.process.wait(timeout=20)
-        self.process = None
-
-
-def wait_for(condition: Callable[[], Any], seconds: float, what: str, tail: Callable[[], str] = str) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {seconds} s: {what}\n{tail()}")
-        time.sleep(0.2)
+from tests.support.redis_server import RedisServer, wait_for
 
 
 @pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
-    server = OwnRedis(free_port(), tmp_path)
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(free_port(), tmp_path)
     server.start()
     try:
         yield server
@@ -93,7 +35,7 @@ def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
         server.stop(signal.SIGKILL)
 
 
-def _send(server: OwnRedis, name: str, **options: Any) -> str:
+def _send(server: RedisServer, name: str, **options: Any) -> str:
     """Sends a task to the test's Redis (not the suite's), as the web and beat send them; returns its id."""
     from dispatch_site.celery import app
 
@@ -117,7 +59,7 @@ POOLS = {
 
 @pytest.mark.parametrize("pool", sorted(POOLS))
 def test_a_worker_lives_through_redis_restarts_and_runs_what_is_sent_after(
-    pool: str, own_redis: OwnRedis, django_db_setup: Any, tmp_path: Path
+    pool: str, own_redis: RedisServer, django_db_setup: Any, tmp_path: Path
 ) -> None:
     env = {
         **os.environ,

@@ -10,7 +10,6 @@ http on 127.0.0.1 (WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE_ADDRESSES) and retr
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,57 +22,10 @@ import pytest
 import requests
 
 from tests.client.conftest import BIN, Process, free_port, service_env, start_process
+from tests.support.redis_server import RedisServer
 
 METRICS_TOKEN = "test-scrape-token"
 RETRY_SCHEDULE = "1,1,1,1"  # five attempts, a second apart
-
-
-class RedisServer:
-    def __init__(self, port: int, logs: Path) -> None:
-        self.port = port
-        self.logs = logs
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        log = (self.logs / "redis.log").open("ab")
-        self.process = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        import redis
-
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if redis.Redis(port=self.port, socket_connect_timeout=1).ping():
-                    return
-            except redis.RedisError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server on {self.port} did not answer")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=20)
-        self.process = None
 
 
 @dataclass

@@ -416,3 +416,85 @@ def test_start_and_cancel_at_once_neither_deadlocks_nor_answers_500(
         timeout=30,
         what="the cancelled job's TrainJob to be deleted",
     )
+
+
+def test_two_delete_deliveries_at_once_stop_then_delete_once_and_no_rank_runs_again(
+    kube: Any,
+    namespace: str,
+    submitter: tuple[User, str],
+    namespaced_runtime: Callable[..., Any],
+    enqueued: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A delete task can run twice at once (a redelivery beside the sweep's). Both pass through the stop
+    path together: each is held at its stop of the TrainJob until the other has reached it too (a barrier
+    around cancel._stop, which changes no behaviour), so both suspend the same TrainJob, wait for the
+    Trainer's Suspended and delete it. Each then retries as the task does until its objects are gone. The
+    TrainJob and its copy go, the execution is recorded removed once, neither delivery fails, and no pod of
+    the attempt appears after the stop (the cluster's own pod list)."""
+    from jobs.submission import cancel
+    from jobs.submission.errors import TransientSubmitError
+
+    namespaced_runtime()
+    execution = _started(kube, submitter[0], namespace)
+    selector = f"dispatch.dev/job={execution.job_id},dispatch.dev/attempt=1"
+
+    def pods() -> list[Any]:
+        return list(kube.core.list_namespaced_pod(namespace, label_selector=selector).items)
+
+    running = wait_for(
+        lambda: found if (found := pods()) and all(p.status.phase == "Running" for p in found) else None,
+        timeout=90,
+        what="attempt 1's pod running",
+    )
+    before = {p.metadata.uid for p in running}
+    Execution.objects.filter(pk=execution.pk).update(delete_requested_at=timezone.now())
+
+    both_at_stop = threading.Barrier(2, timeout=60)
+    reached: list[str] = []
+    real_stop = cancel._stop
+
+    def stop(job: Job, trainjob: dict[str, Any]) -> None:
+        reached.append(threading.current_thread().name)
+        if len(reached) <= 2:
+            both_at_stop.wait()  # both deliveries are in the stop path at once
+        real_stop(job, trainjob)
+
+    monkeypatch.setattr(cancel, "_stop", stop)
+    errors: list[BaseException] = []
+    done: list[str] = []
+
+    def deliver() -> None:
+        try:
+            for _ in range(60):  # the task's retries, without its backoff
+                try:
+                    cancel.execution_delete(execution_id=execution.pk)
+                    done.append(threading.current_thread().name)
+                    return
+                except TransientSubmitError:
+                    threading.Event().wait(0.5)
+            errors.append(AssertionError("the delete never finished"))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    observed: set[str] = set()  # every pod of the attempt the cluster lists while the deliveries run
+    threads = [threading.Thread(target=deliver, name=f"delivery-{i}") for i in (1, 2)]
+    for thread in threads:
+        thread.start()
+    while any(t.is_alive() for t in threads):
+        observed |= {p.metadata.uid for p in pods()}
+        threading.Event().wait(0.1)
+    for thread in threads:
+        thread.join(120)
+    assert not any(t.is_alive() for t in threads), "a delivery is still running"
+    assert errors == [], errors
+    assert sorted(reached[:2]) == ["delivery-1", "delivery-2"], reached  # the race was reached
+    assert sorted(done) == ["delivery-1", "delivery-2"]
+    assert _trainjob(kube, namespace, execution.trainjob_name) is None
+    assert execution.trainjob_name not in _listed(kube, namespace, "trainingruntimes")
+    execution.refresh_from_db()
+    assert execution.objects_removed_at is not None
+    wait_for(lambda: not pods(), timeout=60, what="attempt 1's pods gone")
+    assert observed <= before, f"new pods of attempt 1 during the deletes: {sorted(observed - before)}"

@@ -66,6 +66,25 @@ def _pods_of_attempt(recorder: Recorder, job_id: str, attempt: int) -> dict[str,
     return found
 
 
+def _low_job_running(
+    kube: Kube, kueue_queue: KueueQueue, token: str, capture: Any, recorder: Recorder
+) -> tuple[str, dict[str, Any], set[str]]:
+    """A low-priority job that retries `preempted` once, submitted and supervised until running: its id, its
+    attempt-1 TrainJob and the UIDs of its two pods (the test's own pod watch)."""
+    body = queue_job_body(
+        kueue_queue,
+        priority_class="dispatch-low",
+        env={"KWOK_STAY_RUNNING": "1"},
+        recovery_policy={"retry": {"preempted": 1}, "backoff_seconds": {"preempted": 0}},
+    )
+    job_id = submit_job(token, body, capture)
+    supervise_until(token, job_id, lambda d: d["state"] == "running", what="the low job running")
+    first = get_trainjob(kube, kueue_queue.namespace, f"{job_id}-1")
+    first_pods = set(_pods_of_attempt(recorder, job_id, 1))
+    assert len(first_pods) == 2, first_pods
+    return job_id, first, first_pods
+
+
 def _ran(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running"
 
@@ -217,17 +236,9 @@ def test_kueue_preemption_ends_attempt_1_for_good_and_attempt_2_runs_as_a_new_tr
     recorder = Recorder(kube, ns).start()
     held: list[Callable[[], Any]] = []
     try:
-        body = queue_job_body(
-            kueue_queue,
-            priority_class="dispatch-low",
-            env={"KWOK_STAY_RUNNING": "1"},
-            recovery_policy={"retry": {"preempted": 1}, "backoff_seconds": {"preempted": 0}},
+        job_id, first, first_pods = _low_job_running(
+            kube, kueue_queue, token, django_capture_on_commit_callbacks, recorder
         )
-        job_id = submit_job(token, body, django_capture_on_commit_callbacks)
-        supervise_until(token, job_id, lambda d: d["state"] == "running", what="the low job running")
-        first = get_trainjob(kube, ns, f"{job_id}-1")
-        first_pods = set(_pods_of_attempt(recorder, job_id, 1))
-        assert len(first_pods) == 2, first_pods
 
         high = queued_trainjob(
             kube, kueue_queue, "high", env={"KWOK_RUN_DURATION": "3s"}, priority="dispatch-high", gpus=True
@@ -342,17 +353,9 @@ def test_while_dispatch_sees_nothing_kueue_cannot_admit_a_preempted_attempt_agai
     _allow_priorities(ns)
     recorder = Recorder(kube, ns).start()
     try:
-        body = queue_job_body(
-            kueue_queue,
-            priority_class="dispatch-low",
-            env={"KWOK_STAY_RUNNING": "1"},
-            recovery_policy={"retry": {"preempted": 1}, "backoff_seconds": {"preempted": 0}},
+        job_id, first, first_pods = _low_job_running(
+            kube, kueue_queue, token, django_capture_on_commit_callbacks, recorder
         )
-        job_id = submit_job(token, body, django_capture_on_commit_callbacks)
-        supervise_until(token, job_id, lambda d: d["state"] == "running", what="the low job running")
-        first = get_trainjob(kube, ns, f"{job_id}-1")
-        first_pods = set(_pods_of_attempt(recorder, job_id, 1))
-        assert len(first_pods) == 2, first_pods
         log_before = len(_kueue_log())
 
         # dispatch is away from here on: no cycle runs.
