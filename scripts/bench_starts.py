@@ -59,6 +59,36 @@ def _cpu_seconds(pids: list[int]) -> float:
     return total
 
 
+def _cpu_by_command() -> dict[str, float]:
+    """CPU seconds used so far by every process on the machine, summed per command name (utime + stime; a
+    diagnosis of where a phase's CPU went: BENCH_CPU_BY_COMMAND=1 logs each phase's top ten)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    totals: dict[str, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            head, tail = stat.read_text().rsplit(")", 1)
+        except OSError:
+            continue
+        fields = tail.split()
+        name = head.split("(", 1)[1]
+        totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return totals
+
+
+def _log_cpu_by_command(phase: str, before: dict[str, float], seconds: float) -> None:
+    if os.environ.get("BENCH_CPU_BY_COMMAND") != "1":
+        return
+    after = _cpu_by_command()
+    spent = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in after}
+    top = sorted(spent.items(), key=lambda item: -item[1])[:10]
+    total = sum(v for v in spent.values() if v > 0)
+    _log(
+        f"{phase}: {total:.2f} CPU s in {seconds:.2f} s: "
+        + ", ".join(f"{name} {1000 * value / N:.1f}" for name, value in top)
+        + " (ms per TrainJob)"
+    )
+
+
 def _cluster_pids() -> list[int]:
     """The local control plane's processes (scripts/cluster records them), when it is the local one."""
     pids = Path(__file__).resolve().parent.parent / "var" / "cluster" / "pids"
@@ -189,7 +219,8 @@ def _spy(pid: int, round_number: int) -> subprocess.Popen[bytes] | None:
         return None
     out = Path(__file__).resolve().parent.parent / "var" / f"bench-spy-{round_number}.txt"
     seconds = os.environ.get("BENCH_SPY_SECONDS", "4")
-    command = [binary, "record", "-p", str(pid), "-d", seconds, "-r", "200", "--idle", "--format", "raw"]
+    idle = ["--idle"] if os.environ.get("BENCH_SPY_IDLE", "1") == "1" else []  # 0: CPU samples only
+    command = [binary, "record", "-p", str(pid), "-d", seconds, "-r", "200", *idle, "--format", "raw"]
     return subprocess.Popen([*command, "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -208,7 +239,8 @@ def _dispatch(namespace: str, count: int = 0) -> tuple[float, int]:
     all are queued, and how many."""
     count = count or N
     from django.contrib.auth.models import User
-    from django.db import transaction
+    from django.db import connection, transaction
+    from django.db.models import Max, Min
 
     from jobs.models import Execution, JobState
     from jobs.submission import submit
@@ -218,15 +250,26 @@ def _dispatch(namespace: str, count: int = 0) -> tuple[float, int]:
     with transaction.atomic():
         ids = [submit.job_submit(owner=owner, spec=spec).job.id for _ in range(count)]
     started = time.monotonic()  # the N start messages were sent when the transaction committed
+    # The observer stays light: one statement every 20 ms over the batch's execution ids (consecutive, as
+    # they were inserted in one transaction), sent as written. It first ran two ORM counts over the 200 job
+    # ids each time, whose CPU (this process's and PostgreSQL's, about 6 ms per TrainJob) the machine's two
+    # cores took from the worker and the control plane it measures; the direct side has no observer.
+    first, last = Execution.objects.filter(job_id__in=ids).aggregate(Min("pk"), Max("pk")).values()
+    table = connection.ops.quote_name(Execution._meta.db_table)
+    sql = (
+        f"SELECT count(*) FILTER (WHERE state = %s), count(*) FILTER (WHERE state NOT IN (%s, %s)) "
+        f"FROM {table} WHERE id BETWEEN %s AND %s"
+    )
     deadline = started + 600
-    while time.monotonic() < deadline:
-        done = Execution.objects.filter(job_id__in=ids, state=JobState.QUEUED).count()
-        if done == count:
-            return time.monotonic() - started, len(ids)
-        failed = Execution.objects.filter(job_id__in=ids).exclude(state__in=["pending", "queued"]).count()
-        if failed:
-            raise RuntimeError(f"{failed} executions neither pending nor queued")
-        time.sleep(0.02)
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            cursor.execute(sql, [JobState.QUEUED, JobState.PENDING, JobState.QUEUED, first, last])
+            done, failed = cursor.fetchone()
+            if done == count:
+                return time.monotonic() - started, len(ids)
+            if failed:
+                raise RuntimeError(f"{failed} executions neither pending nor queued")
+            time.sleep(0.02)
     raise RuntimeError("the worker did not start every job within 600 s")
 
 
@@ -249,7 +292,9 @@ def run(kubeconfig: str, env: dict[str, str], var: Path) -> dict[str, Any]:
                 custom, DIRECT_NAMESPACE, WARMUP
             )  # warm: every thread's connection open, as in steady use
             before = (_cpu_seconds([os.getpid()]), _cpu_seconds(cluster))
+            by_command = _cpu_by_command()
             direct = _direct(custom, DIRECT_NAMESPACE)
+            _log_cpu_by_command(f"round {round_number} direct", by_command, direct)
             direct_cpu = (_cpu_seconds([os.getpid()]) - before[0], _cpu_seconds(cluster) - before[1])
             _log(f"round {round_number}: direct {N / direct:.1f} TrainJobs/s")
             _empty(custom, core, DIRECT_NAMESPACE)
@@ -257,7 +302,9 @@ def run(kubeconfig: str, env: dict[str, str], var: Path) -> dict[str, Any]:
             _dispatch(DISPATCH_NAMESPACE, WARMUP)  # warm: every thread's database and API connections open
             before = (_cpu_seconds(pids), _cpu_seconds(cluster))
             spy = _spy(pids[0], round_number)
+            by_command = _cpu_by_command()
             seconds, _count = _dispatch(DISPATCH_NAMESPACE)
+            _log_cpu_by_command(f"round {round_number} dispatch", by_command, seconds)
             if spy is not None:
                 spy.wait()
             dispatch_cpu = (_cpu_seconds(pids) - before[0], _cpu_seconds(cluster) - before[1])
@@ -334,3 +381,19 @@ def report_lines(result: dict[str, Any]) -> list[str]:
         f"{'yes' if met_ratio else 'NO'} |",
     ]
     return lines
+
+
+if __name__ == "__main__":  # this section alone: scripts/bench_starts.py (make bench runs it with the rest)
+    import json
+
+    from scripts.bench_common import cluster_kubeconfig, server_env, setup_django
+
+    _kubeconfig = cluster_kubeconfig()
+    _env = server_env(
+        os.environ.get("DATABASE_URL", "postgres://dispatch:dispatch@127.0.0.1:25432/dispatch"), _kubeconfig
+    )
+    setup_django(_env)
+    _var = Path(__file__).resolve().parent.parent / "var"
+    _result = run(_kubeconfig, _env, _var)
+    print("\n".join(report_lines(_result)))
+    print(json.dumps({k: v for k, v in _result.items() if k != "rows"}))
