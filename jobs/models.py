@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -174,6 +176,10 @@ class JobEvent(models.Model):
     cause = models.CharField(max_length=32, blank=True, default="")
     message = models.TextField()
     details = models.JSONField(default=dict, blank=True)
+
+    # Not a column: a writer that has the execution at hand sets (rank, exit_code, created_at) before
+    # saving, so the outbox (jobs.observability) need not read the execution again in the same transaction.
+    execution_facts: tuple[int | None, int | None, Any] | None = None
 
     class Meta:
         ordering = ["at", "id"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from django.db.models import Max
@@ -11,7 +12,7 @@ from django.db.models import Max
 from cluster import gateway
 from cluster.errors import ClusterError
 from cluster.gateway import RuntimeObject
-from dispatch_site import roles
+from dispatch_site import roles, sql
 from dispatch_site.names import MANAGED_BY, MANAGED_BY_LABEL
 from dispatch_site.readcache import ReadCache
 from dispatch_site.roles import AnyUser
@@ -51,11 +52,26 @@ def allow_list_entries() -> dict[RuntimeKey, AllowListEntry]:
 
 
 def allow_list_entry(kind: str, namespace: str, name: str, *, max_age: float = 0.0) -> AllowListEntry | None:
-    return _allow_cache.get(
-        (kind, namespace, name),
-        max_age,
-        lambda: AllowListEntry.objects.filter(kind=kind, namespace=namespace, name=name).first(),
+    key = (kind, namespace, name)
+    return _allow_cache.get(key, max_age, lambda: _read_allow_list_entry(*key))
+
+
+@cache
+def _allow_list_entry_sql() -> str:
+    return (
+        f"SELECT {sql.columns(AllowListEntry, 'a').select} FROM {sql.table(AllowListEntry)} a "
+        "WHERE a.kind = %s AND a.namespace = %s AND a.name = %s"
     )
+
+
+def _read_allow_list_entry(kind: str, namespace: str, name: str) -> AllowListEntry | None:
+    """One written-out statement (dispatch_site.sql): every start reads the entry afresh."""
+    row = sql.fetch_one(_allow_list_entry_sql(), [kind, namespace, name])
+    if row is None:
+        return None
+    entry = sql.columns(AllowListEntry, "a").instance(row)
+    assert isinstance(entry, AllowListEntry)
+    return entry
 
 
 def latest_verdicts() -> dict[RuntimeKey, RuntimeVerdict]:

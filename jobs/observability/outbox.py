@@ -79,7 +79,7 @@ def _job_event_saved(
     rank = exit_code = None
     execution_created: datetime | None = None
     if instance.attempt is not None and instance.kind in ("transition", "failed", "created", "retry"):
-        found = (
+        found = instance.execution_facts or (
             Execution.objects.filter(job_id=instance.job_id, attempt=instance.attempt)
             .values_list("rank", "exit_code", "created_at")
             .first()

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import logging
 import uuid
+from datetime import datetime
+from functools import cache
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from cluster import gateway
 from cluster.errors import ClusterError, NotFound, Rejected
+from dispatch_site import sql
 from dispatch_site.audit import audit_record
 from dispatch_site.causes import Cause
 from jobs.models import Execution, Job, JobState
@@ -122,30 +124,21 @@ def execution_submit(*, execution_id: int, holder: str | None = None, retry_in: 
     # row, then the execution's). The job moves only while it waits for this attempt; the execution only
     # while this delivery's claim (holder and token) is its claim. Either failing: nothing is recorded.
     with transaction.atomic():
-        moved = job_transition(
-            job,
-            STARTABLE,
-            JobState.QUEUED,
-            # unknown: only when it never reached the cluster (last known state pending)
-            where=Q(current_attempt__lte=execution.attempt)
-            & (Q(state=JobState.PENDING) | Q(last_known_state=JobState.PENDING)),
-            current_attempt=execution.attempt,
-            plan=plan.to_dict(copy_objects=False),
-            runtime_snapshot=runtime.body if runtime else None,
-            identity_warnings=warnings,
-            last_known_state="",
-            unknown_since=None,
-            message=f"TrainJob {job.namespace}/{execution.trainjob_name} created",
+        moved = _record_start(
+            job=job,
+            execution=execution,
+            holder=holder,
+            token=token,
+            now=now,
+            values={
+                "plan": plan.to_dict(copy_objects=False),
+                "runtime_snapshot": runtime.body if runtime else None,
+                "identity_warnings": warnings,
+                "message": f"TrainJob {job.namespace}/{execution.trainjob_name} created",
+            },
         )
-        if moved:
-            moved = (
-                Execution.objects.filter(
-                    pk=execution.pk, state=JobState.PENDING, claim_holder=holder, claim_generation=token
-                ).update(state=JobState.QUEUED, submitted_at=now, claim_holder="", claim_until=None)
-                == 1
-            )
-            if not moved:
-                transaction.set_rollback(True)  # never leave the job ahead of its execution
+        if not moved:
+            transaction.set_rollback(True)  # never leave the job ahead of its execution
         if moved:
             if warnings != list(job.identity_warnings or []):
                 job_event(
@@ -161,11 +154,65 @@ def execution_submit(*, execution_id: int, holder: str | None = None, retry_in: 
                 "created",
                 f"created TrainJob {job.namespace}/{execution.trainjob_name}",
                 execution.attempt,
+                execution=execution,
             )
     if not moved:
         # Cancelled while we were creating (its delete may have run before our create), or our lease ran out
         # and the execution moved on: settle what we made.
         _claim_lost(execution.pk, holder, token, made)
+
+
+@cache
+def _record_sql() -> tuple[str, str]:
+    job, execution = sql.table(Job), sql.table(Execution)
+    return (
+        f"UPDATE {job} SET state = %s, state_changed_at = %s, updated_at = %s, current_attempt = %s, "
+        "plan = %s, runtime_snapshot = %s, identity_warnings = %s, message = %s, last_known_state = '', "
+        "unknown_since = NULL "
+        "WHERE id = %s AND state IN (%s, %s) AND current_attempt <= %s "
+        "AND (state = %s OR last_known_state = %s)",
+        f"UPDATE {execution} SET state = %s, submitted_at = %s, claim_holder = '', claim_until = NULL "
+        "WHERE id = %s AND state = %s AND claim_holder = %s AND claim_generation = %s",
+    )
+
+
+def _record_start(
+    *, job: Job, execution: Execution, holder: str, token: int, now: datetime, values: dict[str, Any]
+) -> bool:
+    """Record the start: two compare-and-set statements (the caller's transaction), in the one lock order (the
+    job's row, then the execution's). The job moves to queued only while it waits for this attempt (pending,
+    or unknown having never reached the cluster); the execution only while this delivery's claim (holder and
+    token) is its claim. Written out (dispatch_site.sql): compiling the two as ORM updates cost a start
+    about 1 ms of CPU. False when either found its row changed (the caller rolls back)."""
+    job_sql, execution_sql = _record_sql()
+    json = {name: sql.prep(Job, name, values[name]) for name in _JSON}
+    at = sql.at(now)
+    moved = sql.updated(
+        job_sql,
+        [
+            JobState.QUEUED,
+            at,
+            at,
+            execution.attempt,
+            json["plan"],
+            json["runtime_snapshot"],
+            json["identity_warnings"],
+            values["message"],
+            job.pk,
+            JobState.PENDING,
+            JobState.UNKNOWN,
+            execution.attempt,
+            JobState.PENDING,
+            JobState.PENDING,
+        ],
+    )
+    if moved != 1:
+        return False
+    moved = sql.updated(execution_sql, [JobState.QUEUED, at, execution.pk, JobState.PENDING, holder, token])
+    return moved == 1
+
+
+_JSON = ("plan", "runtime_snapshot", "identity_warnings")
 
 
 def _claim_lost(execution_id: int, holder: str, token: int, made: list[dict[str, Any]]) -> None:

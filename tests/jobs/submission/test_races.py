@@ -24,8 +24,8 @@ from cluster.errors import ClusterUnavailable
 from jobs import enqueue
 from jobs.models import Execution, Job, JobEvent, JobState
 from jobs.spec import JobSpec
-from jobs.submission import claim, submit, sweeps
 from jobs.submission import start as starting
+from jobs.submission import submit, sweeps
 from jobs.submission.tasks import MAX_SUBMIT_RETRIES, execution_submit
 from runtimes.models import SiteSettings
 from tests.support.dispatch import GROUP, VERSION, trainer_job, wait_for
@@ -381,15 +381,15 @@ def test_start_and_cancel_at_once_neither_deadlocks_nor_answers_500(
     namespaced_runtime()
     execution = _submit(submitter[0], namespace)
     reached, go = threading.Event(), threading.Event()
-    transition = claim.job_transition
+    record = starting._record_start
 
-    def held_transition(*args: Any, **kwargs: Any) -> bool:
+    def held_record(**kwargs: Any) -> bool:
         if threading.current_thread().name == "start" and not reached.is_set():
             reached.set()
             assert go.wait(60)
-        return transition(*args, **kwargs)
+        return record(**kwargs)
 
-    monkeypatch.setattr(starting, "job_transition", held_transition)
+    monkeypatch.setattr(starting, "_record_start", held_record)
     start = Delivery("start", lambda: starting.execution_submit(execution_id=execution.pk))
     start.start()
     assert reached.wait(60), "start never reached its compare-and-set"
