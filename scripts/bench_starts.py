@@ -89,6 +89,37 @@ def _log_cpu_by_command(phase: str, before: dict[str, float], seconds: float) ->
     )
 
 
+def _api_requests(custom: Any) -> dict[str, float]:
+    """The API server's own count of the requests it served (apiserver_request_total), per verb, resource and
+    code: with BENCH_CPU_BY_COMMAND=1 each phase logs what the cluster was asked, its controllers included."""
+    import re
+
+    if os.environ.get("BENCH_CPU_BY_COMMAND") != "1":
+        return {}
+    api = custom.api_client  # the admin kubeconfig's client certificate, in its pool
+    raw = api.rest_client.pool_manager.request("GET", f"{api.configuration.host}/metrics").data.decode()
+    counts: dict[str, float] = {}
+    pattern = re.compile(r"^apiserver_request_total\{(.*)\} (\S+)$")
+    for line in raw.splitlines():
+        found = pattern.match(line)
+        if not found:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', found.group(1)))
+        sub = f"/{labels['subresource']}" if labels["subresource"] else ""
+        key = f"{labels['verb']} {labels['resource']}{sub} {labels['code']}"
+        counts[key] = counts.get(key, 0.0) + float(found.group(2))
+    return counts
+
+
+def _log_api_requests(phase: str, custom: Any, before: dict[str, float]) -> None:
+    if not before:
+        return
+    after = _api_requests(custom)
+    spent = {key: after[key] - before.get(key, 0.0) for key in after if after[key] - before.get(key, 0.0) > 0}
+    top = sorted(spent.items(), key=lambda item: -item[1])[:14]
+    _log(f"{phase}: API requests per TrainJob: " + ", ".join(f"{key} {value / N:.2f}" for key, value in top))
+
+
 def _cluster_pids() -> list[int]:
     """The local control plane's processes (scripts/cluster records them), when it is the local one."""
     pids = Path(__file__).resolve().parent.parent / "var" / "cluster" / "pids"
@@ -292,9 +323,10 @@ def run(kubeconfig: str, env: dict[str, str], var: Path) -> dict[str, Any]:
                 custom, DIRECT_NAMESPACE, WARMUP
             )  # warm: every thread's connection open, as in steady use
             before = (_cpu_seconds([os.getpid()]), _cpu_seconds(cluster))
-            by_command = _cpu_by_command()
+            by_command, requests = _cpu_by_command(), _api_requests(custom)
             direct = _direct(custom, DIRECT_NAMESPACE)
             _log_cpu_by_command(f"round {round_number} direct", by_command, direct)
+            _log_api_requests(f"round {round_number} direct", custom, requests)
             direct_cpu = (_cpu_seconds([os.getpid()]) - before[0], _cpu_seconds(cluster) - before[1])
             _log(f"round {round_number}: direct {N / direct:.1f} TrainJobs/s")
             _empty(custom, core, DIRECT_NAMESPACE)
@@ -302,9 +334,10 @@ def run(kubeconfig: str, env: dict[str, str], var: Path) -> dict[str, Any]:
             _dispatch(DISPATCH_NAMESPACE, WARMUP)  # warm: every thread's database and API connections open
             before = (_cpu_seconds(pids), _cpu_seconds(cluster))
             spy = _spy(pids[0], round_number)
-            by_command = _cpu_by_command()
+            by_command, requests = _cpu_by_command(), _api_requests(custom)
             seconds, _count = _dispatch(DISPATCH_NAMESPACE)
             _log_cpu_by_command(f"round {round_number} dispatch", by_command, seconds)
+            _log_api_requests(f"round {round_number} dispatch", custom, requests)
             if spy is not None:
                 spy.wait()
             dispatch_cpu = (_cpu_seconds(pids) - before[0], _cpu_seconds(cluster) - before[1])
