@@ -371,11 +371,7 @@ class CacheSource:
             if item is None:
                 return
             self._starting_keys.pop(item.key, None)
-            still = self._per_namespace[item.namespace] - 1
-            if still:
-                self._per_namespace[item.namespace] = still
-            else:
-                del self._per_namespace[item.namespace]
+            still = self._release_namespace(item.namespace)
         if not still:
             self._stop_namespace(item.namespace)
 
@@ -404,11 +400,7 @@ class CacheSource:
             self._dirty.discard(item.key)
             self._finished[item.key] = time.monotonic()
             watched = self._namespaces.get(item.namespace)
-            still = self._per_namespace[item.namespace] - 1
-            if still:
-                self._per_namespace[item.namespace] = still
-            else:
-                del self._per_namespace[item.namespace]
+            still = self._release_namespace(item.namespace)
         if watched is None:
             return
         if not still:
@@ -416,6 +408,16 @@ class CacheSource:
             return
         # The namespace stays watched for its other executions: this one's objects leave the copy.
         _purge(watched, [item.key])
+
+    def _release_namespace(self, namespace: str) -> int:
+        """An execution (tracked or starting) of the namespace no longer needs its watches: how many still do.
+        Under self._lock; the caller stops the namespace's informers (outside the lock) when none does."""
+        still = self._per_namespace[namespace] - 1
+        if still:
+            self._per_namespace[namespace] = still
+        else:
+            del self._per_namespace[namespace]
+        return still
 
     def _forget_finished(self) -> None:
         cutoff = time.monotonic() - FINISHED_FORGET_SECONDS

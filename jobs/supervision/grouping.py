@@ -153,13 +153,18 @@ def owned_objects(source: ObjectSource, item: Watched, also_about: Iterable[str]
     # DisruptionTarget), and its events (who took it, which node it ran on) are found by that name.
     remembered = {str(p.get("name") or "") for p in item.memory.values()}
     jobs = [o for o in chain if o.get("kind") == JOB]
+    have: set[str] | None = None  # the events already in the group, gathered once, on the first such pod
     for _, _, pod_name in disrupted_pods_named(jobs):
         if pod_name in remembered or any(
             meta(p).get("name") == pod_name for p in chain if p.get("kind") == POD
         ):
             continue
-        have = {uid(o) for o in objects if o.get("kind") == EVENT}
-        objects.extend(e for e in source.events_of_pod(ns, pod_name) if uid(e) not in have)
+        if have is None:
+            have = {uid(o) for o in objects if o.get("kind") == EVENT}
+        for event in source.events_of_pod(ns, pod_name):
+            if uid(event) not in have:
+                have.add(uid(event))
+                objects.append(event)
     # Strangers: the job's labels on an object outside the chain (any namespace the cycle read).
     for kind in LABELLED_KINDS:
         for obj in source.labelled(kind, item.domain, job_id, attempt):
