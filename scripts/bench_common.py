@@ -16,6 +16,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from dispatch_site.worker_command import worker_command  # noqa: E402 - after the path is set
+
 PY = Path(sys.executable)
 DURATION = os.environ.get("BENCH_DURATION", "10s")
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "8"))
@@ -189,25 +191,8 @@ def gunicorn_command(port: int, workers: int, threads: int | None = None) -> lis
 
 def celery_worker_command(concurrency: int, name: str, prefetch: str = "") -> list[str]:
     """A Celery worker of dispatch's (threads pool, `concurrency` threads), named `name` (e.g. bench0@%h)."""
-    return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "dispatch_site",
-        "worker",
-        "--pool",
-        "threads",
-        "--concurrency",
-        str(concurrency),
-        *(["--prefetch-multiplier", prefetch] if prefetch else []),
-        "--without-gossip",
-        "--without-mingle",
-        "-n",
-        name,
-        "--loglevel",
-        "WARNING",
-    ]
+    extra = ["--prefetch-multiplier", prefetch] if prefetch else []
+    return worker_command(pool="threads", concurrency=concurrency, name=name, loglevel="WARNING", extra=extra)
 
 
 def migrated_django() -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dispatch_site.worker_command import worker_command
 from scripts.chaoslib.common import PY, REPO
 
 
@@ -214,22 +215,7 @@ class Stack:
     def start_worker(self, index: int) -> subprocess.Popen[bytes]:
         process = self._spawn(
             f"worker-{index}",
-            [
-                PY,
-                "-m",
-                "celery",
-                "-A",
-                "dispatch_site",
-                "worker",
-                "--pool",
-                "solo",
-                "--without-gossip",
-                "--without-mingle",
-                "--loglevel",
-                "INFO",
-                "-n",
-                f"chaos{index}-{uuid.uuid4().hex[:6]}@%h",
-            ],
+            worker_command(pool="solo", name=f"chaos{index}-{uuid.uuid4().hex[:6]}@%h", python=str(PY)),
         )
         if index < len(self.workers):
             self.workers[index] = process

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import requests
 
+from dispatch_site.worker_command import worker_command
 from tests.client.conftest import BIN, Process, free_port, service_env, start_process
 from tests.support.redis_server import RedisServer
 
@@ -124,21 +125,7 @@ def stack(kubeconfig: str, django_db_setup: Any, tmp_path_factory: pytest.TempPa
     try:
         processes["worker"] = start_process(
             "worker",
-            [
-                str(BIN / "celery"),
-                "-A",
-                "dispatch_site",
-                "worker",
-                "--pool",
-                "prefork",
-                "--concurrency",
-                "2",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "--loglevel",
-                "INFO",
-            ],
+            worker_command(pool="prefork", concurrency=2, extra=["--without-heartbeat"]),
             env,
             logs,
         )

@@ -27,6 +27,7 @@ import pytest
 import redis
 from django.conf import settings
 
+from dispatch_site.worker_command import worker_command
 from tests.support.dispatch import GROUP, VERSION, wait_for
 
 pytestmark = [pytest.mark.cluster]
@@ -114,18 +115,7 @@ def dispatch_on_sqlite(kubeconfig: str, tmp_path: Path) -> Iterator[Dispatch]:
     # The worker exactly as scripts/up starts it (pool and concurrency from the settings).
     dispatch.start(
         "worker",
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "dispatch_site",
-        "worker",
-        "--loglevel",
-        "INFO",
-        "--pool",
-        "threads",
-        "--without-gossip",
-        "--without-mingle",
+        *worker_command(pool="threads"),
     )
     try:
         wait_for(lambda: _get(f"http://127.0.0.1:{dispatch.port}/healthz") == 200, timeout=60, what="web up")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from rest_framework.test import APIClient
 from dispatch_site import roles
 from dispatch_site.celery import app
 from dispatch_site.services import user_create
+from dispatch_site.worker_command import worker_command
 from jobs.models import Job, JobState
 from runtimes.models import AllowListEntry
 from tests.support.dispatch import GROUP, VERSION, wait_for
@@ -37,20 +37,7 @@ def worker(kubeconfig: str, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     }
     log = (tmp_path / "worker.log").open("w")
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "dispatch_site",
-            "worker",
-            "--pool",
-            "solo",
-            "--without-gossip",
-            "--without-mingle",
-            "--loglevel",
-            "INFO",
-        ],
+        worker_command(pool="solo"),
         cwd=REPO,
         env=env,
         stdout=log,

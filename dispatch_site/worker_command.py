@@ -1,0 +1,39 @@
+"""The command line of a dispatch Celery worker, for the processes that start one themselves (the bench, the
+chaos stack, the tests that run a real worker); `make up` starts it from scripts/up. Imports nothing of
+Django, so a harness can build it before it sets Django up."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+
+def worker_command(
+    *,
+    pool: str,
+    concurrency: int | None = None,
+    name: str = "",
+    loglevel: str = "INFO",
+    extra: Sequence[str] = (),
+    python: str = sys.executable,
+) -> list[str]:
+    """`python -m celery -A dispatch_site worker` with the pool, its concurrency and the worker's name when
+    given. Gossip and mingle are off: dispatch's workers share nothing through them, and both cost a start-up
+    round with every other worker."""
+    return [
+        python,
+        "-m",
+        "celery",
+        "-A",
+        "dispatch_site",
+        "worker",
+        "--pool",
+        pool,
+        *(["--concurrency", str(concurrency)] if concurrency is not None else []),
+        "--without-gossip",
+        "--without-mingle",
+        *(["-n", name] if name else []),
+        "--loglevel",
+        loglevel,
+        *extra,
+    ]
