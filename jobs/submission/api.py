@@ -19,7 +19,8 @@ from dispatch_site import roles
 from dispatch_site.api import CreatedCursorPagination, DetailSerializer
 from jobs import recovery, selectors, versions
 from jobs.models import Execution, Job, JobEvent, JobState
-from jobs.serializers import JobSpecSerializer
+from jobs.serializers import JobSpecSerializer, job_spec_parse
+from jobs.spec import JobSpec
 from jobs.submission import cancel, errors, planning, submit
 from runtimes.api import CapabilitySerializer, ReasonSerializer
 from runtimes.models import SiteSettings
@@ -28,10 +29,8 @@ from runtimes.selectors import site_settings
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
-def _spec_from(request: Request, site: SiteSettings) -> Any:
-    serializer = JobSpecSerializer(data=request.data, context={"label_domain": site.label_domain})
-    serializer.is_valid(raise_exception=True)
-    return serializer.to_spec()
+def _spec_from(request: Request, site: SiteSettings) -> JobSpec:
+    return job_spec_parse(data=request.data, label_domain=site.label_domain)
 
 
 def _cluster_unavailable(exc: ClusterError) -> Response:

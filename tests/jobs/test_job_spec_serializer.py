@@ -7,8 +7,9 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from rest_framework.exceptions import ValidationError
 
-from jobs.serializers import JobSpecSerializer
+from jobs.serializers import JobSpecSerializer, job_spec_parse
 from jobs.spec import JobSpec, RuntimeRef, env_name_problem, parse_quantity
 
 VALID: dict[str, Any] = {
@@ -42,6 +43,10 @@ def body(**changes: Any) -> dict[str, Any]:
 def errors_of(data: Any, context: dict[str, Any] | None = None) -> Any:
     serializer = JobSpecSerializer(data=data, context=context or {})
     assert not serializer.is_valid()
+    # The API's parse (one serializer per thread, reused from one body to the next) answers the same.
+    with pytest.raises(ValidationError) as raised:
+        job_spec_parse(data=data, label_domain=(context or {}).get("label_domain"))
+    assert raised.value.detail == serializer.errors
     return serializer.errors
 
 
@@ -259,6 +264,26 @@ def test_the_site_label_domain_is_reserved_when_given() -> None:
     errors = errors_of(data, {"label_domain": "dispatch.example.com"})
     assert "dispatch.example.com/" in msg(errors, "labels", "dispatch.example.com/job")
     assert JobSpecSerializer(data=data).is_valid()  # no domain in the context: an ordinary label
+
+
+def test_the_reused_parse_answers_each_body_alone() -> None:
+    """job_spec_parse reuses one serializer per thread: a body's errors, its label domain or its values never
+    carry over to the next body."""
+    labelled = body(labels={"dispatch.example.com/job": "x"})
+    expected = JobSpecSerializer(data=body())
+    assert expected.is_valid()
+    for _ in range(2):
+        with pytest.raises(ValidationError) as raised:
+            job_spec_parse(data=body(num_nodes=0, bogus=1), label_domain=None)
+        assert set(raised.value.detail) == {"num_nodes", "bogus"}
+        assert job_spec_parse(data=body(), label_domain=None) == expected.to_spec()
+        with pytest.raises(ValidationError) as raised:
+            job_spec_parse(data=labelled, label_domain="dispatch.example.com")
+        assert set(raised.value.detail) == {"labels"}
+        spec = job_spec_parse(data=labelled, label_domain="other.example.com")
+        assert spec.labels == {"dispatch.example.com/job": "x"}
+        minimal = job_spec_parse(data=body(labels=..., env=..., num_nodes=...), label_domain=None)
+        assert (minimal.labels, minimal.env, minimal.num_nodes) == ({}, (), None)
 
 
 @pytest.mark.parametrize("data", [None, [], "x", 1])
