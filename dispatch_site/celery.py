@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery, Task
-from celery.signals import worker_process_shutdown, worker_ready
+from celery.signals import task_postrun, task_prerun, worker_init, worker_process_shutdown, worker_ready
 from django.db.utils import InterfaceError, OperationalError
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dispatch_site.settings")
@@ -50,3 +50,31 @@ def _serve_metrics(**kwargs: object) -> None:
     from dispatch_site.metrics import serve_process_metrics
 
     serve_process_metrics()
+
+
+# Database connections: kept across tasks (CONN_MAX_AGE), checked as Django checks them across requests.
+# Celery's Django fixup closed every connection before and after every task unless CELERY_DB_REUSE_MAX is set
+# (dispatch_site.settings sets it): each task then opened a new PostgreSQL session (its authentication, a new
+# backend process), 232 sessions for 232 starts, a sixth of a start's worker CPU (py-spy, --gil). Now, around
+# each task, close_old_connections drops a connection that is past its age or broke (an error and then a
+# failed check), and, in a worker, the first query of each task is preceded by Django's health check, so a
+# connection that died while idle (a PostgreSQL restart) is replaced before the task uses it.
+
+
+@worker_init.connect
+def _check_connections_per_task(**kwargs: object) -> None:
+    from django.conf import settings
+
+    for database in settings.DATABASES.values():
+        if database.get("CONN_MAX_AGE"):
+            database["CONN_HEALTH_CHECKS"] = True
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _close_old_connections(task: Task | None = None, **kwargs: object) -> None:
+    if task is not None and getattr(task.request, "is_eager", False):
+        return  # run in the caller's thread (a test's transaction, a request's): the caller's connection
+    from django.db import close_old_connections
+
+    close_old_connections()

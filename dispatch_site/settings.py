@@ -206,6 +206,9 @@ CELERY_WORKER_CONCURRENCY = CONFIG.worker_concurrency
 # sweep starts (or deletes) again what was accepted and not done.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 4
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery's Django fixup closes every database connection around every task unless this is set; it then closes
+# them every 2 x this many tasks. Connections are kept and checked per task instead (dispatch_site.celery).
+CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": 3600,
     "socket_timeout": 5,

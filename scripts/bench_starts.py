@@ -250,8 +250,9 @@ def _spy(pid: int, round_number: int) -> subprocess.Popen[bytes] | None:
         return None
     out = Path(__file__).resolve().parent.parent / "var" / f"bench-spy-{round_number}.txt"
     seconds = os.environ.get("BENCH_SPY_SECONDS", "4")
-    idle = ["--idle"] if os.environ.get("BENCH_SPY_IDLE", "1") == "1" else []  # 0: CPU samples only
-    command = [binary, "record", "-p", str(pid), "-d", seconds, "-r", "200", *idle, "--format", "raw"]
+    # BENCH_SPY_GIL=1: only the thread holding the GIL (where the worker's Python CPU goes)
+    which = ["--gil"] if os.environ.get("BENCH_SPY_GIL") == "1" else ["--idle"]
+    command = [binary, "record", "-p", str(pid), "-d", seconds, "-r", "200", *which, "--format", "raw"]
     return subprocess.Popen([*command, "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
