@@ -84,3 +84,54 @@ def test_an_accepted_job_is_started_by_a_real_worker(
     trainjob = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", f"{job_id}-1")
     assert trainjob["spec"]["trainer"]["numNodes"] == 2
     assert worker.poll() is None  # the worker is still alive
+
+
+def _worker_backends() -> set[int]:
+    """The PostgreSQL sessions on the test database other than this test's own (the worker's)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend'"
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def test_the_worker_keeps_its_database_session_and_replaces_one_that_died(
+    kube: Any, namespace: str, dispatch_on_cluster: str, worker: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    """Each start used to open a new PostgreSQL session (Celery's Django fixup closed it after every task);
+    the worker keeps one per thread, and a session that dies while the worker idles (a PostgreSQL restart,
+    here its backend terminated) is replaced before the next task's first query: no task fails on it."""
+    _, token = user_create(username="kept", role=roles.USER, namespaces=[namespace])
+    AllowListEntry.objects.create(kind="ClusterTrainingRuntime", name="dispatch-kind", for_jobs=True)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    body = {
+        "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+        "namespace": namespace,
+        "image": "localhost/trainer:v1",
+        "num_nodes": 1,
+    }
+
+    def started(job_ids: list[str]) -> bool:
+        return Job.objects.filter(pk__in=job_ids, state=JobState.QUEUED).count() == len(job_ids)
+
+    def submit(count: int) -> list[str]:
+        ids = [api.post("/api/v1/jobs", body, format="json").json()["id"] for _ in range(count)]
+        wait_for(lambda: started(ids), timeout=60, what=f"the worker to start {count} jobs")
+        return ids
+
+    submit(1)
+    first = _worker_backends()
+    assert len(first) == 1, first  # the solo worker's one session, open after its task
+    submit(5)
+    assert _worker_backends() == first  # the same session served the next five starts
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [next(iter(first))])
+    wait_for(lambda: not (_worker_backends() & first), timeout=10, what="the worker's session to end")
+    submit(2)
+    replaced = _worker_backends()
+    assert len(replaced) == 1 and not replaced & first, replaced
+    log = (tmp_path / "worker.log").read_text()
+    assert "OperationalError" not in log and "Retry in" not in log, log[-3000:]
+    assert worker.poll() is None
