@@ -24,6 +24,7 @@ from tests.support.dispatch import GROUP, VERSION, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 REPO = Path(__file__).resolve().parents[3]
+WORKER_APPLICATION = "dispatch-e2e-worker"
 
 
 @pytest.fixture
@@ -31,7 +32,8 @@ def worker(kubeconfig: str, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     """A real worker process on the test database and the test Redis; stopped by its pid afterwards."""
     db = connection.settings_dict
     env = os.environ | {
-        "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+        f"?application_name={WORKER_APPLICATION}",  # tells its sessions from the suite's other processes'
         "REDIS_URL": settings.REDIS_URL,
         "KUBECONFIG": kubeconfig,
     }
@@ -87,11 +89,11 @@ def test_an_accepted_job_is_started_by_a_real_worker(
 
 
 def _worker_backends() -> set[int]:
-    """The PostgreSQL sessions on the test database other than this test's own (the worker's)."""
+    """The worker's PostgreSQL sessions (by the application name its DATABASE_URL gives them)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
-            "AND backend_type = 'client backend'"
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = %s",
+            [WORKER_APPLICATION],
         )
         return {row[0] for row in cursor.fetchall()}
 
