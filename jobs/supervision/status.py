@@ -88,6 +88,9 @@ DISRUPTION_IN_MESSAGE: Final = re.compile(
 # The scheduler's event on a pod it placed: which node a pod that is gone now ran on.
 _SCHEDULED_TO: Final = re.compile(r"Successfully assigned (\S+)/(\S+) to (\S+)")
 
+# What a job whose TrainJob is not among the objects read says (jobs.supervision.cycle confirms it first).
+TRAINJOB_GONE = "the TrainJob is gone: it was deleted outside dispatch"
+
 
 @dataclass(frozen=True)
 class Context:
@@ -830,7 +833,7 @@ def derive(
             return status
         status.state = CANCELLED
         status.cause = CANCELLED
-        status.message = "the TrainJob is gone: it was deleted outside dispatch"
+        status.message = TRAINJOB_GONE
         status.evidence = [_ev("TrainJob", "metadata", "not found")]
         return status
     tj_ref = object_ref("TrainJob", trainjob)

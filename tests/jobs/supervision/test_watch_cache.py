@@ -4,7 +4,8 @@
   execution it touched;
 - a finished execution leaves the cache, and a namespace without active executions is no longer watched;
 - a pod evicted while its job is being started still reads evicted;
-- a job started while the supervisor waits is followed before its next period.
+- a job started while the supervisor waits is followed before its next period;
+- a TrainJob the watch has not delivered yet is not taken for one deleted outside dispatch.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from django.contrib.auth.models import User
 from cluster import gateway
 from cluster import kueue as cluster_kueue
 from jobs.models import Execution, Job, JobState
+from jobs.supervision.cache import CacheSource
 from tests.jobs.supervision.support import _evict, _post, api, pods_of, running_pods, wait_job, watching
 from tests.support.dispatch import wait_for
 
@@ -168,3 +170,44 @@ def test_a_job_started_while_the_supervisor_waits_is_followed_before_its_next_pe
         wait_for(lambda: len(reports) >= 1, what="the supervisor's first cycle")
         job_id = _post(submitter[1], namespace, {"KWOK_STAY_RUNNING": "1"})
         wait_job(job_id, lambda j: j.state == JobState.RUNNING, timeout=60, what="running")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_trainjob_the_watch_has_not_delivered_yet_does_not_end_its_job(
+    submitter: tuple[User, str], namespace: str, runtime_on: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start records its TrainJob as soon as the create answers; the watch brings the TrainJob some
+    milliseconds later. A cycle in between read the job as "deleted outside dispatch" and cancelled it (3 of
+    1,000 jobs in the supervision bench). The lag is stretched here: the cache's copy leaves out this
+    namespace's TrainJobs until the test lets them through (a fake: a real watch cannot be held late on
+    demand). The supervisor must confirm with the API server before it ends the job, and wait."""
+    runtime_on(None)
+    lagging, hidden = threading.Event(), []
+    real_named = CacheSource.named
+
+    def named(self: CacheSource, kind: str, ns: str, name: str) -> list[Any]:
+        if lagging.is_set() and kind == "TrainJob" and ns == namespace:
+            hidden.append(name)
+            return []
+        return real_named(self, kind, ns, name)
+
+    monkeypatch.setattr(CacheSource, "named", named)
+    lagging.set()
+    with watching(interval=1) as (_, reports):
+        wait_for(lambda: len(reports) >= 1, what="the supervisor's first cycle")
+        job_id = _post(submitter[1], namespace, {"KWOK_STAY_RUNNING": "1"})
+        seen = len(reports)
+        wait_for(  # (or the job ended: the bug)
+            lambda: (
+                (len(hidden) >= 3 and len(reports) >= seen + 3)
+                or Job.objects.get(pk=job_id).state not in (JobState.PENDING, JobState.QUEUED)
+            ),
+            what="three cycles with the TrainJob hidden",
+        )
+        assert set(hidden) == {f"{job_id}-1"}  # the fault happened, to this job's TrainJob
+        job = Job.objects.get(pk=job_id)
+        assert job.state == JobState.QUEUED, (job.state, job.message)
+        lagging.clear()
+        wait_job(
+            job_id, lambda j: j.state == JobState.RUNNING, timeout=60, what="running once the watch caught up"
+        )
