@@ -102,11 +102,25 @@ def test_the_periodic_relist_runs_beside_the_watch_and_restores_what_the_copy_lo
     try:
         kube.core.create_namespaced_pod(namespace, {**pod, "metadata": {"name": "kept"}})
         assert informer.synced.wait(30)
-        wait_for(lambda: informer.by_index("name", "kept"), timeout=30, what="the pod in the copy")
+        # Settled (Running, as KWOK leaves it) before it is dropped: a later status update would bring
+        # it back through the watch before the re-list (CI saw that once).
+        wait_for(
+            lambda: [
+                p
+                for p in informer.by_index("name", "kept")
+                if (p.get("status") or {}).get("phase") == "Running"
+            ],
+            timeout=30,
+            what="the pod Running in the copy",
+        )
         assert informer.purge(lambda o: o["metadata"]["name"] == "kept") == 1
         informer.relist_now()
-        wait_for(lambda: informer.by_index("name", "kept"), timeout=30, what="the re-list restored it")
-        assert informer.lists == 2 and not informer.error
+        wait_for(
+            lambda: informer.lists == 2 and informer.by_index("name", "kept"),
+            timeout=30,
+            what="the re-list restored it",
+        )
+        assert not informer.error
         kube.core.create_namespaced_pod(namespace, {**pod, "metadata": {"name": "later"}})
         wait_for(lambda: ("ADDED", "later") in changes, timeout=30, what="the watch goes on")
         assert informer.lists == 2
