@@ -7,6 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.dispatch import Signal
 
 from dispatch_site.causes import Cause
 from dispatch_site.names import DEFAULT_LABEL_DOMAIN
@@ -21,6 +22,12 @@ class JobState(models.TextChoices):
     FAILED = "failed"
     CANCELLED = "cancelled"
     UNKNOWN = "unknown"  # the cluster could not be read: last known state and since when
+
+
+# Sent by jobs.submission.records just before it inserts new rows (sender: the row's model, instance: the
+# unsaved row). A receiver returns the unsaved rows that go with it (the outbox's Change for a new job); they
+# are inserted in the same statement, and each inserted row then gets its post_save, as save() would send.
+rows_inserting = Signal()
 
 
 TERMINAL_STATES = frozenset({JobState.REFUSED, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})

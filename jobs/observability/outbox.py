@@ -3,8 +3,9 @@ services that change jobs has to know.
 
 A JobEvent is written in the same transaction as the state change it records (jobs.submission,
 jobs.supervision); its post_save signal runs inside that transaction and adds the Change row there too. A
-new accepted job has no JobEvent (its row is its "submitted" entry): the Job's post_save adds its Change.
-Counters are incremented on commit, so a rolled-back change counts nothing."""
+new accepted job has no JobEvent (its row is its "submitted" entry): its Change is inserted with it, in the
+submission's one statement (jobs.models.rows_inserting). Each saved Change moves its counters and wakes the
+webhooks' fan-out on commit, so a rolled-back change counts nothing."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from django.db.models.signals import post_save
 from dispatch_site import metrics
 from dispatch_site.readcache import ReadCache
 from jobs import enqueue
-from jobs.models import Execution, Job, JobEvent, JobState
+from jobs.models import Execution, Job, JobEvent, JobState, rows_inserting
 from jobs.observability import payloads
 from jobs.observability.models import Change, WebhookEndpoint
 
@@ -42,25 +43,38 @@ def forget_cached_endpoints() -> None:
 
 def connect() -> None:
     post_save.connect(_job_event_saved, sender=JobEvent, dispatch_uid="observability-jobevent")
-    post_save.connect(_job_saved, sender=Job, dispatch_uid="observability-job")
+    post_save.connect(_change_saved, sender=Change, dispatch_uid="observability-change")
+    rows_inserting.connect(_job_inserting, sender=Job, dispatch_uid="observability-job")
 
 
-def _job_saved(sender: Any, instance: Job, created: bool, raw: bool = False, **kwargs: Any) -> None:
-    if not created or raw or instance.state != JobState.PENDING:
-        return  # a refused submission is recorded by its "refused" JobEvent
-    record(
-        job_id=instance.pk,
-        namespace=instance.namespace,
-        owner_id=instance.owner_id,
-        event_id=None,
-        kind=payloads.SUBMITTED,
-        from_state="",
-        to_state=JobState.PENDING,
-        cause="",
-        attempt=None,
-        at=instance.created_at,
-        data={"message": "", "rank": None, "exit_code": None},
-    )
+def _job_inserting(sender: Any, instance: Job, **kwargs: Any) -> list[Change]:
+    """The Change of a new accepted job, inserted with it."""
+    if instance.state != JobState.PENDING:
+        return []  # a refused submission is recorded by its "refused" JobEvent
+    return [
+        change(
+            job_id=instance.pk,
+            namespace=instance.namespace,
+            owner_id=instance.owner_id,
+            event_id=None,
+            kind=payloads.SUBMITTED,
+            from_state="",
+            to_state=JobState.PENDING,
+            cause="",
+            attempt=None,
+            at=instance.created_at,
+            data={"message": "", "rank": None, "exit_code": None},
+        )
+    ]
+
+
+def _change_saved(sender: Any, instance: Change, created: bool, raw: bool = False, **kwargs: Any) -> None:
+    """On commit, the counters a change moves and the webhooks' fan-out."""
+    if not created or raw:
+        return
+    transaction.on_commit(lambda: _observe(instance), robust=True)
+    if _webhooks_wanted():
+        transaction.on_commit(enqueue.on_commit_send(enqueue.WEBHOOKS_FANOUT), robust=True)
 
 
 def _job_event_saved(
@@ -90,7 +104,7 @@ def _job_event_saved(
         instance.kind, instance.from_state, instance.to_state, state_before
     )
     details = instance.details if isinstance(instance.details, dict) else {}
-    record(
+    change(
         job_id=instance.job_id,
         namespace=namespace,
         owner_id=owner_id,
@@ -104,7 +118,7 @@ def _job_event_saved(
         data=payloads.change_data(
             kind=instance.kind, message=instance.message, details=details, rank=rank, exit_code=exit_code
         ),
-    )
+    ).save(force_insert=True)
     if instance.kind == "created" and execution_created is not None:
         waited = max(0.0, (instance.at - execution_created).total_seconds())
         transaction.on_commit(lambda: metrics.SUBMISSION_TO_TRAINJOB.observe(waited))
@@ -120,7 +134,7 @@ def _job_event_saved(
             transaction.on_commit(lambda: metrics.QUEUE_WAIT.observe(held))
 
 
-def record(
+def change(
     *,
     job_id: str,
     namespace: str,
@@ -134,8 +148,8 @@ def record(
     at: datetime,
     data: dict[str, Any],
 ) -> Change:
-    """One Change row (in the caller's transaction) and, on commit, its metrics and the webhooks' fan-out."""
-    change = Change.objects.create(
+    """One Change row, not saved yet."""
+    return Change(
         job_id=job_id,
         event_id=event_id,
         namespace=namespace,
@@ -149,10 +163,6 @@ def record(
         at=at,
         data=data,
     )
-    transaction.on_commit(lambda: _observe(change), robust=True)
-    if _webhooks_wanted():
-        transaction.on_commit(enqueue.on_commit_send(enqueue.WEBHOOKS_FANOUT), robust=True)
-    return change
 
 
 def _observe(change: Change) -> None:

@@ -16,6 +16,7 @@ from jobs.models import Job, JobEvent, JobState
 from jobs.naming import new_job_id
 from jobs.observability import feed
 from jobs.observability.models import Change
+from jobs.submission import records
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,8 +44,9 @@ def people(make_user: Any) -> dict[str, tuple[User, str]]:
 
 
 def make_job(owner: User, *, state: str = JobState.PENDING, namespace: str = "team-a") -> Job:
-    """A job row as submission writes it (no timeline entry for an accepted one; its row is the entry)."""
-    return Job.objects.create(
+    """A job row as submission writes it (no timeline entry for an accepted one; its row is the entry, and its
+    Change is inserted with it)."""
+    job = Job(
         id=new_job_id(),
         owner=owner,
         namespace=namespace,
@@ -53,6 +55,8 @@ def make_job(owner: User, *, state: str = JobState.PENDING, namespace: str = "te
         spec={"runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"}, "namespace": namespace},
         state=state,
     )
+    records.insert_together(job)
+    return job
 
 
 def _transition(job: Job, old: str, new: str, **fields: Any) -> JobEvent:

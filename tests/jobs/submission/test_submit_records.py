@@ -42,7 +42,7 @@ def _spec(namespace: str) -> JobSpec:
     )
 
 
-def test_one_statement_writes_the_job_its_audit_row_and_its_execution(
+def test_one_statement_writes_the_job_its_audit_row_its_execution_and_its_change(
     namespace: str, submitter: tuple[User, str], sent: list[tuple[str, tuple[Any, ...]]]
 ) -> None:
     AllowListEntry.objects.create(kind="ClusterTrainingRuntime", name="dispatch-kind", for_jobs=True)
@@ -50,11 +50,11 @@ def test_one_statement_writes_the_job_its_audit_row_and_its_execution(
     with CaptureQueriesContext(connection) as queries:
         made = submit.job_submit(owner=submitter[0], spec=_spec(namespace))
     writes = [q["sql"] for q in queries.captured_queries if not q["sql"].startswith("SELECT")]
-    # The three rows in one statement, and the outbox's Change row (jobs.observability, from post_save) in the
-    # same transaction: a job is never accepted without its "submitted" change, nor the other way round.
-    assert len(writes) == 4, writes
-    assert writes[0] == "BEGIN" and writes[1].startswith("WITH ") and writes[3] == "COMMIT", writes
-    assert writes[2].startswith('INSERT INTO "observability_change"'), writes
+    # The three rows and the outbox's Change row (jobs.observability, through rows_inserting) in one statement,
+    # sent without BEGIN and COMMIT: a job is never accepted without its "submitted" change, nor the other
+    # way round.
+    assert len(writes) == 1, writes
+    assert writes[0].startswith("WITH ") and 'INSERT INTO "observability_change"' in writes[0], writes
     job = Job.objects.get(pk=made.job.id)
     assert (job.state, job.display_name, job.label_domain) == (JobState.PENDING, "nightly", "dispatch.dev")
     assert job.plan is not None and job.plan["objects"]["train_job"]["metadata"]["name"] == f"{job.id}-1"
@@ -65,7 +65,9 @@ def test_one_statement_writes_the_job_its_audit_row_and_its_execution(
     audit = AuditEvent.objects.get(action="job.submit", object_id=job.id)
     assert audit.actor_name == submitter[0].username and audit.details["namespace"] == namespace
     assert sent == [(enqueue.EXECUTION_SUBMIT, (execution.pk,))]  # enqueued once the statement committed
-    assert Change.objects.filter(job_id=job.id, kind="submitted").count() == 1
+    [change] = Change.objects.filter(job_id=job.id)
+    assert (change.kind, change.from_state, change.to_state) == ("submitted", "", JobState.PENDING)
+    assert (change.owner_id, change.namespace, change.at) == (submitter[0].pk, namespace, job.created_at)
 
 
 def test_an_idempotency_key_that_raced_in_first_is_a_replay(
@@ -94,4 +96,5 @@ def test_an_idempotency_key_that_raced_in_first_is_a_replay(
     assert again.replayed and again.job.id == first.id
     assert Job.objects.filter(owner=submitter[0]).count() == 1
     assert Execution.objects.filter(job__owner=submitter[0]).count() == 1
+    assert Change.objects.filter(owner=submitter[0]).count() == 1  # the refused statement wrote none
     assert len(sent) == 1
