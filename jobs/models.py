@@ -42,8 +42,13 @@ def _new_job_id() -> str:
 
 class Job(models.Model):
     id = models.CharField(primary_key=True, max_length=16, default=_new_job_id, editable=False)
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
-    namespace = models.CharField(max_length=63, db_index=True)
+    # Indexed by the job list's indexes below (their leading column), as are state and created_at: a
+    # single-column index of its own (and, on PostgreSQL, its varchar_pattern_ops twin) would only cost every
+    # submission its upkeep.
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs", db_index=False
+    )
+    namespace = models.CharField(max_length=63)
     display_name = models.CharField(max_length=200, blank=True, default="")
     runtime_kind = models.CharField(max_length=32)
     runtime_namespace = models.CharField(max_length=63, blank=True, default="")
@@ -53,7 +58,7 @@ class Job(models.Model):
     runtime_snapshot = models.JSONField(null=True)  # the runtime as the newest start judged it (for retries)
     reasons = models.JSONField(default=list)  # every refusal reason, when refused
     identity_warnings = models.JSONField(default=list)
-    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING, db_index=True)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     cause = models.CharField(max_length=32, choices=Cause.choices, blank=True, default="")
     message = models.TextField(blank=True, default="")
     evidence = models.JSONField(default=list, blank=True)  # [{object, field, value, at}] that prove the cause
@@ -75,7 +80,7 @@ class Job(models.Model):
     label_domain = models.CharField(max_length=253, default=DEFAULT_LABEL_DOMAIN)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     request_hash = models.CharField(max_length=64, blank=True, default="")
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     state_changed_at = models.DateTimeField(auto_now_add=True)
 
@@ -123,10 +128,11 @@ class Job(models.Model):
 class Execution(models.Model):
     """One TrainJob run of a job. The TrainJob name is deterministic from (job, attempt)."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="executions")
+    # Indexed by the unique (job, attempt); state by Meta.indexes (no varchar_pattern_ops twin: never LIKE).
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="executions", db_index=False)
     attempt = models.PositiveIntegerField()
     trainjob_name = models.CharField(max_length=63)
-    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING, db_index=True)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     cause = models.CharField(max_length=32, choices=Cause.choices, blank=True, default="")
     message = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -166,6 +172,7 @@ class Execution(models.Model):
     class Meta:
         ordering = ["job", "attempt"]
         constraints = [models.UniqueConstraint(fields=["job", "attempt"], name="execution_unique_attempt")]
+        indexes = [models.Index(fields=["state"], name="execution_state")]
 
     def __str__(self) -> str:
         return self.trainjob_name

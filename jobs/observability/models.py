@@ -17,13 +17,16 @@ from django.db.models import Q
 
 class Change(models.Model):
     seq = models.BigIntegerField(null=True, blank=True, unique=True)
-    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="+")
+    # job and owner: indexed by change_job_seq and change_owner_seq (their leading column).
+    job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="+", db_index=False)
     event = models.ForeignKey(
         "jobs.JobEvent", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
     )
     # Copied from the job, so the feed filters by who may see it without a join.
     namespace = models.CharField(max_length=63)
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     kind = models.CharField(max_length=32)  # submitted, or the JobEvent's kind
     type = models.CharField(max_length=40)  # the webhook event type (jobs.observability.payloads)
     from_state = models.CharField(max_length=16, blank=True, default="")
