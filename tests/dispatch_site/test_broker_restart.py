@@ -9,6 +9,7 @@ Before the fix the worker logged `Unrecoverable error: AttributeError("'NoneType
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -144,3 +145,27 @@ def test_a_worker_lives_through_redis_restarts_and_runs_what_is_sent_after(
             except subprocess.TimeoutExpired:
                 worker.kill()
                 worker.wait(timeout=10)
+
+
+def test_a_process_that_sends_goes_on_sending_through_redis_restarts(own_redis: RedisServer) -> None:
+    """The web's side: one connection (as the web's pooled one) sends before and after each restart. Its
+    channel keeps one Redis client for what it sends (dispatch_site.broker); that client must not outlive the
+    Redis it talked to. Each message sent after a restart arrives (the restart lost those before it)."""
+    from dispatch_site.celery import app
+
+    eager = app.conf.task_always_eager
+    app.conf.task_always_eager = False
+    try:
+        with app.connection_for_write(own_redis.url) as connection:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                app.send_task(enqueue.JOB_COUNTS_COMPACT, connection=connection, declare=[])
+                assert own_redis.client().llen("celery") == 1
+                own_redis.stop(sig)
+                own_redis.start()
+                assert own_redis.client().llen("celery") == 0  # no persistence: the message went with it
+                sent = app.send_task(enqueue.JOB_COUNTS_COMPACT, connection=connection, declare=[]).id
+                [message] = own_redis.client().lrange("celery", 0, -1)
+                assert json.loads(message)["headers"]["id"] == sent
+                own_redis.client().delete("celery")
+    finally:
+        app.conf.task_always_eager = eager

@@ -54,10 +54,10 @@ def test_the_count_stops_at_the_cap(plain_user: Any, monkeypatch: pytest.MonkeyP
     assert html.count("data-job=") == 4  # the page itself is not capped by the count
 
 
-# The dashboard's first pages and the index of jobs/migrations/0004 each must be read from. Each case names the
-# 0004 index by name: "some index" proved nothing while Django's own single-column indexes (owner_id, state,
-# created_at) fitted each query in part (issue 20). Migration 0011 dropped those, as 0004's indexes lead with
-# the same columns; the second test drops 0004's indexes and shows none of the names is then read.
+# The dashboard's first pages and the index of jobs/migrations/0004 each must be read from. Each case names
+# the 0004 index by name: "some index" proved nothing while Django's own single-column indexes (owner_id,
+# state, created_at) fitted each query in part (issue 20). Migration 0011 dropped those, as 0004's indexes
+# lead with the same columns; the second test drops 0004's indexes and shows none of the names is then read.
 FIRST_PAGES: tuple[tuple[str, str, dict[str, Any], str], ...] = (
     ("everybody's jobs", "oncall", {}, "job_list_newest"),
     ("a user's own jobs", "plain", {}, "job_list_owner"),

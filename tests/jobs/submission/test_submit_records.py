@@ -50,9 +50,9 @@ def test_one_statement_writes_the_job_its_audit_row_its_execution_and_its_change
     with CaptureQueriesContext(connection) as queries:
         made = submit.job_submit(owner=submitter[0], spec=_spec(namespace))
     writes = [q["sql"] for q in queries.captured_queries if not q["sql"].startswith("SELECT")]
-    # The three rows and the outbox's Change row (jobs.observability, through rows_inserting) in one statement,
-    # sent without BEGIN and COMMIT: a job is never accepted without its "submitted" change, nor the other
-    # way round.
+    # The three rows and the outbox's Change row (jobs.observability, through rows_inserting) in one
+    # statement, sent without BEGIN and COMMIT: a job is never accepted without its "submitted" change, nor
+    # the other way round.
     assert len(writes) == 1, writes
     assert writes[0].startswith("WITH ") and 'INSERT INTO "observability_change"' in writes[0], writes
     job = Job.objects.get(pk=made.job.id)
