@@ -14,7 +14,7 @@ import pytest
 
 from jobs.supervision.cycle import Watched, derive_all
 from jobs.supervision.grouping import StaticIndex
-from jobs.supervision.status import condense_pod
+from jobs.supervision.status import TRAINJOB_GONE, condense_pod
 from jobs.waits import Thresholds
 
 NS, JOB, NAME = "team", "jabcdefghij", "jabcdefghij-1"
@@ -449,3 +449,24 @@ def test_the_node_its_scheduled_event_names_is_read_and_when_gone_it_is_node_los
     status = _never_read([SCHEDULED], [])  # ... and it was not found
     assert (status.state, status.cause, status.rank) == ("failed", "node-lost", 1)
     assert "kwok-node-0" in status.message
+
+
+def test_a_pod_the_memory_holds_that_is_no_longer_read_needs_its_node() -> None:
+    """A pod deleted with its Job between two cycles (its TrainJob deleted outside dispatch, say) is gone as
+    of this cycle: its node is read, so an existing node is not taken for a lost one."""
+    from jobs.supervision.nodes import needs_nodes
+
+    remembered = {"pod-1": condense_pod(_pod(disrupted=False), "dispatch.dev")}
+    assert needs_nodes([_pod(disrupted=False)], remembered, []) == set()  # running: no read
+    assert needs_nodes([], remembered, []) == {"kwok-node-0"}
+    watched = [
+        Watched(key=(JOB, 1), namespace=NS, trainjob_name=NAME, memory=remembered, identity_warned=False)
+    ]
+    status = derive_all(
+        StaticIndex([], ["dispatch.dev"]),
+        watched,
+        now=datetime(2026, 11, 30, 10, 0, 8, tzinfo=UTC),
+        thresholds=Thresholds(),
+        nodes=NODES,  # what the cycle read, now that it asks
+    )[(JOB, 1)]
+    assert (status.state, status.cause, status.message) == ("cancelled", "cancelled", TRAINJOB_GONE)
