@@ -132,6 +132,10 @@ class Execution(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="executions", db_index=False)
     attempt = models.PositiveIntegerField()
     trainjob_name = models.CharField(max_length=63)
+    # The UID of the TrainJob the start created or adopted (recorded with submitted_at): the supervision takes
+    # the TrainJob under trainjob_name as the execution's only when its UID is this one, so one re-created
+    # under the same name and labels by somebody else is a stranger ("" on rows older than this field).
+    trainjob_uid = models.CharField(max_length=64, blank=True, default="")
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     cause = models.CharField(max_length=32, choices=Cause.choices, blank=True, default="")
     message = models.TextField(blank=True, default="")

@@ -136,6 +136,9 @@ def execution_submit(*, execution_id: int, holder: str | None = None, retry_in: 
                 "identity_warnings": warnings,
                 "message": f"TrainJob {job.namespace}/{execution.trainjob_name} created",
             },
+            # The create (or adopt) answer is the object: its UID is what the supervision recognises the
+            # execution's TrainJob by (jobs.supervision.grouping), never read again.
+            trainjob_uid=str((trainjob.get("metadata") or {}).get("uid") or ""),
         )
         if not moved:
             transaction.set_rollback(True)  # never leave the job ahead of its execution
@@ -171,19 +174,27 @@ def _record_sql() -> tuple[str, str]:
         "unknown_since = NULL "
         "WHERE id = %s AND state IN (%s, %s) AND current_attempt <= %s "
         "AND (state = %s OR last_known_state = %s)",
-        f"UPDATE {execution} SET state = %s, submitted_at = %s, claim_holder = '', claim_until = NULL "
-        "WHERE id = %s AND state = %s AND claim_holder = %s AND claim_generation = %s",
+        f"UPDATE {execution} SET state = %s, submitted_at = %s, trainjob_uid = %s, claim_holder = '', "
+        "claim_until = NULL WHERE id = %s AND state = %s AND claim_holder = %s AND claim_generation = %s",
     )
 
 
 def _record_start(
-    *, job: Job, execution: Execution, holder: str, token: int, now: datetime, values: dict[str, Any]
+    *,
+    job: Job,
+    execution: Execution,
+    holder: str,
+    token: int,
+    now: datetime,
+    values: dict[str, Any],
+    trainjob_uid: str,
 ) -> bool:
     """Record the start: two compare-and-set statements (the caller's transaction), in the one lock order (the
     job's row, then the execution's). The job moves to queued only while it waits for this attempt (pending,
     or unknown having never reached the cluster); the execution only while this delivery's claim (holder and
-    token) is its claim. Written out (dispatch_site.sql): compiling the two as ORM updates cost a start
-    about 1 ms of CPU. False when either found its row changed (the caller rolls back)."""
+    token) is its claim, and with the move it records the UID of its TrainJob. Written out
+    (dispatch_site.sql): compiling the two as ORM updates cost a start about 1 ms of CPU. False when either
+    found its row changed (the caller rolls back)."""
     job_sql, execution_sql = _record_sql()
     json = {name: sql.prep(Job, name, values[name]) for name in _JSON}
     at = sql.at(now)
@@ -208,8 +219,13 @@ def _record_start(
     )
     if moved != 1:
         return False
-    moved = sql.updated(execution_sql, [JobState.QUEUED, at, execution.pk, JobState.PENDING, holder, token])
-    return moved == 1
+    moved = sql.updated(
+        execution_sql, [JobState.QUEUED, at, trainjob_uid, execution.pk, JobState.PENDING, holder, token]
+    )
+    if moved != 1:
+        return False
+    execution.trainjob_uid = trainjob_uid
+    return True
 
 
 _JSON = ("plan", "runtime_snapshot", "identity_warnings")

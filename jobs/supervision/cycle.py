@@ -64,6 +64,7 @@ from jobs.supervision.grouping import (
     Watched,
     owned_objects,
 )
+from jobs.supervision.grouping import uid as object_uid
 from jobs.supervision.kueue import deactivate_evicted, queue_positions
 from jobs.supervision.nodes import nodes_for, read_nodes
 from jobs.supervision.status import TRAINJOB_GONE, Context, DerivedStatus, condense_pod, derive
@@ -392,6 +393,7 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
             identity_warned=bool(e.job.identity_warnings),
             domain=domain_of(e, site_domain),
             ran=e.started_at is not None,
+            trainjob_uid=e.trainjob_uid,
         )
         for e in judged
     ]
@@ -484,7 +486,9 @@ def _gone_unconfirmed(
     create, and a start records the TrainJob as soon as its create answers, so a cycle can read the recorded
     start before the watch brings its TrainJob (seen: 3 of 1,000 jobs of the supervision bench ended as
     "deleted outside dispatch" within 140 ms of their start). One GET, for such executions only: a TrainJob
-    the API server does not have either is gone."""
+    the API server does not have either is gone, and so is one it has under the name with another UID than
+    the start recorded (deleted outside dispatch and made again by somebody else: grouping took it for a
+    stranger's, and waiting would never see the job's own come back)."""
     unconfirmed: set[tuple[str, int]] = set()
     for item in watched:
         if statuses[item.key].message != TRAINJOB_GONE:
@@ -496,6 +500,15 @@ def _gone_unconfirmed(
                 "could not confirm that TrainJob %s/%s is gone: %s", item.namespace, item.trainjob_name, exc
             )
             unconfirmed.add(item.key)
+            continue
+        if found is not None and item.trainjob_uid and object_uid(found) != item.trainjob_uid:
+            logger.info(
+                "TrainJob %s/%s has UID %s, not %s: the execution's is gone",
+                item.namespace,
+                item.trainjob_name,
+                object_uid(found),
+                item.trainjob_uid,
+            )
             continue
         if found is not None:
             logger.info("TrainJob %s/%s is not in the watch's copy yet", item.namespace, item.trainjob_name)

@@ -3,9 +3,11 @@
 An object is an execution's only when it is in the job's namespace and belongs to its TrainJob through the
 owner chain TrainJob -> JobSet -> Job -> Pod, each link an ownerReference matched by name and UID. The
 TrainJob itself is the one named for (job, attempt) in the job's namespace that carries the job's label (in
-the label domain stored with the job). Events count when they are about an object of the chain (by UID), or
-about a pod the execution's memory holds. Anything else carrying the job's labels is a stranger's: ignored,
-and named in the status's warnings so the page can say so.
+the label domain stored with the job) and has the UID the start recorded: a TrainJob deleted outside dispatch
+and made again under the same name and labels is somebody else's, and the job's own is gone (executions
+started before the UID was recorded go by name and label alone). Events count when they are about an object
+of the chain (by UID), or about a pod the execution's memory holds. Anything else carrying the job's labels
+is a stranger's: ignored, and named in the status's warnings so the page can say so.
 
 The objects come from an ObjectSource: the beat's cycle builds a StaticIndex from its list calls; the
 supervisor's informer cache (jobs.supervision.cache) answers the same questions from its indices.
@@ -37,6 +39,7 @@ class Watched:
     identity_warned: bool
     domain: str = "dispatch.dev"  # the label domain stored with the job
     ran: bool = False  # seen running before (Execution.started_at)
+    trainjob_uid: str = ""  # the TrainJob's UID the start recorded ("" on rows from before: name and label)
 
 
 class ObjectSource(Protocol):
@@ -126,6 +129,7 @@ def owned_objects(source: ObjectSource, item: Watched, also_about: Iterable[str]
         t
         for t in source.named(TRAINJOB, ns, item.trainjob_name)
         if labels(t).get(f"{item.domain}/job") == job_id
+        and (not item.trainjob_uid or uid(t) == item.trainjob_uid)
     ]
     trainjob = trainjobs[0] if trainjobs else None
     if trainjob is not None:
@@ -171,11 +175,12 @@ def owned_objects(source: ObjectSource, item: Watched, also_about: Iterable[str]
             if uid(obj) in members:
                 continue
             where = f"{kind} {meta(obj).get('namespace', '')}/{meta(obj).get('name', '')}"
-            reason = (
-                "in another namespace"
-                if meta(obj).get("namespace") != ns
-                else "not in the owner chain of the job's TrainJob"
-            )
+            if meta(obj).get("namespace") != ns:
+                reason = "in another namespace"
+            elif kind == TRAINJOB and meta(obj).get("name") == item.trainjob_name:
+                reason = f"not the TrainJob dispatch created (UID {uid(obj)}, not {item.trainjob_uid})"
+            else:
+                reason = "not in the owner chain of the job's TrainJob"
             grouped.strangers.append(
                 {
                     "kind": "stranger",

@@ -26,21 +26,26 @@ def needs_nodes(
     objects: Iterable[Mapping[str, Any]], memory: Mapping[str, Any], dead: Sequence[Any]
 ) -> set[str]:
     """The nodes an execution's derivation needs: those its pods ran on, once a pod is gone, being deleted or
-    disrupted (only then can a node's loss explain it). A running execution needs none."""
+    disrupted (only then can a node's loss explain it). A running execution needs none. A pod the memory
+    holds that is not among the objects is gone as of this cycle (the derivation marks it so, after this
+    read): without its node, a pod deleted with its Job (the TrainJob deleted outside dispatch) read as lost
+    with its node."""
     objects = list(objects)
     names = nodes_of_unread_disruptions(objects)
     needed = bool(dead) or bool(names)
+    present: set[str] = set()
     for obj in objects:
         if obj.get("kind") != "Pod":
             continue
+        present.add(str((obj.get("metadata") or {}).get("uid") or ""))
         names.add(str((obj.get("spec") or {}).get("nodeName") or ""))
         meta = obj.get("metadata") or {}
         conditions = (obj.get("status") or {}).get("conditions") or []
         if meta.get("deletionTimestamp") or any(c.get("type") == "DisruptionTarget" for c in conditions):
             needed = True
-    for pod in memory.values():
+    for pod_uid, pod in memory.items():
         names.add(str(pod.get("node") or ""))
-        if pod.get("gone") or pod.get("deleting") or pod.get("disruption"):
+        if pod.get("gone") or pod.get("deleting") or pod.get("disruption") or pod_uid not in present:
             needed = True
     for pod in dead:
         names.add(str((pod.get("spec") or {}).get("nodeName") or ""))

@@ -268,6 +268,8 @@ def test_a_redelivery_adopts_only_the_body_it_would_create(
         GROUP, VERSION, namespace, "trainjobs", execution.trainjob_name
     )
     assert again["metadata"]["uid"] == trainjob["metadata"]["uid"]
+    # The adopted TrainJob's UID is the one recorded (the adoption's answer is the object).
+    assert Execution.objects.get(pk=execution.pk).trainjob_uid == trainjob["metadata"]["uid"]
 
 
 # ------------------------------------------------------------------------------------------ item 4

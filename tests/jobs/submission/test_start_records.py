@@ -106,6 +106,8 @@ def test_the_start_records_the_job_and_its_execution_as_queued(
     assert isinstance(job.identity_warnings, list)
     assert (execution.state, execution.claim_holder, execution.claim_until) == (JobState.QUEUED, "", None)
     assert execution.submitted_at is not None and trainjob["metadata"]["name"] == execution.trainjob_name
+    # With the move, the UID of the TrainJob the create answered: the one the API server reports.
+    assert execution.trainjob_uid and execution.trainjob_uid == trainjob["metadata"]["uid"]
     # The "created" change carries the execution's facts the start handed the outbox (no read of its own).
     created = Change.objects.get(job_id=job.id, kind="created")
     assert (created.attempt, created.from_state, created.to_state) == (1, JobState.PENDING, JobState.QUEUED)

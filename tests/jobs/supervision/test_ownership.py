@@ -1,5 +1,5 @@
-"""Issue 18, supervision: strangers cannot end a job, and the label domain a job was made with is the one it
-is supervised by.
+"""Issue 18, supervision: strangers cannot end a job (nor a TrainJob made again under its name and labels:
+the job's is recognised by its UID), and the label domain a job was made with is the one it is supervised by.
 
 Each test takes the user's path (POST /api/v1/jobs, then supervision cycles: the beat's code, or the
 `manage.py supervise` loop with its watches) on the real local control plane, and proves the interleaving it
@@ -19,13 +19,16 @@ from django.test import TestCase
 from kubernetes import client
 from rest_framework.test import APIClient
 
-from jobs.models import Job, JobState
+from jobs.models import Execution, Job, JobState
 from jobs.supervision import cycle
+from jobs.supervision.status import TRAINJOB_GONE
 from tests.jobs.supervision.support import (
     _exists,
+    _post,
     api,
     body,
     get,
+    pods_of,
     submit,
     supervise_until,
     supervisor_process,
@@ -33,7 +36,7 @@ from tests.jobs.supervision.support import (
     transitions,
     wait_job,
 )
-from tests.support.dispatch import wait_for
+from tests.support.dispatch import GROUP, VERSION, wait_for
 
 pytestmark = [pytest.mark.cluster]
 
@@ -153,6 +156,93 @@ def test_a_strangers_labelled_pods_neither_end_the_job_nor_delete_its_trainjob(
     # dispatch never stopped it: the TrainJob is still there (a completed TrainJob is kept).
     assert trainjob_exists(kube, namespace, f"{job_id}-1")
     assert ("running", "failed") not in transitions(data)
+
+
+# ---------------------------------------------------------------- the TrainJob by its UID
+
+
+@pytest.mark.parametrize("path", ["beat", "watch"])
+@pytest.mark.django_db(transaction=True)
+def test_a_trainjob_made_again_under_the_jobs_name_and_labels_is_a_strangers(
+    path: str, submitter: tuple[User, str], namespace: str, runtime_on: Any, kube: Any
+) -> None:
+    """The job's TrainJob is deleted outside dispatch while no cycle runs, and somebody makes another under
+    the same name with the same labels and annotations, on another runtime, which completes. Before, the cycle
+    took the TrainJob by name and label, so the job read `succeeded` from the stranger's pods. Now it is
+    recognised by the UID its start recorded: the job ends as deleted outside dispatch, names the stranger,
+    and leaves it alone. (`watch`: the supervisor is down while the TrainJob is replaced, then started.)"""
+    runtime_on(None)
+    token = submitter[1]
+    job_id = _post(token, namespace, {"KWOK_STAY_RUNNING": "1"})
+    name = f"{job_id}-1"
+    with supervisor_process() if path == "watch" else contextlib.nullcontext():
+        if path == "beat":
+            supervise_until(token, job_id, lambda d: d["state"] == "running", what="running")
+        else:
+            wait_job(job_id, lambda j: j.state == JobState.RUNNING, what="running")
+    ours = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
+    # The start recorded the UID of the TrainJob it created: the one the API server reports.
+    recorded = Execution.objects.get(job_id=job_id, attempt=1).trainjob_uid
+    assert recorded and recorded == ours["metadata"]["uid"]
+    our_pods = {p.metadata.uid for p in pods_of(kube, namespace, job_id)}
+    assert len(our_pods) == 2
+
+    kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
+    wait_for(lambda: not trainjob_exists(kube, namespace, name), timeout=30, what="the TrainJob deleted")
+    stranger = kube.custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "trainjobs",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "TrainJob",
+            "metadata": {
+                "name": name,
+                "labels": ours["metadata"]["labels"],
+                "annotations": ours["metadata"].get("annotations") or {},
+            },
+            "spec": {
+                **ours["spec"],
+                # The runtime copy went with dispatch's TrainJob, its owner: this runs on the original.
+                "runtimeRef": {**ours["spec"]["runtimeRef"], "name": "team-runtime"},
+                "trainer": {
+                    **ours["spec"]["trainer"],
+                    "env": [{"name": "KWOK_RUN_DURATION", "value": "1s"}],
+                },
+            },
+        },
+    )
+    assert stranger["metadata"]["uid"] != recorded
+
+    def settled() -> bool:
+        found = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
+        complete = any(
+            c["type"] == "Complete" and c["status"] == "True"
+            for c in (found.get("status") or {}).get("conditions") or ()
+        )
+        left = {p.metadata.uid for p in pods_of(kube, namespace, job_id)} & our_pods
+        return complete and not left
+
+    # The stranger's TrainJob has completed (the state a cycle must not take) and the job's pods are gone.
+    wait_for(settled, timeout=60, what="the stranger's TrainJob Complete, the job's pods gone")
+    ended = ("succeeded", "failed", "cancelled")
+    if path == "beat":
+        data = supervise_until(token, job_id, lambda d: d["state"] in ended, timeout=60, what="ended")
+    else:
+        with supervisor_process():
+            wait_job(job_id, lambda j: j.state not in (JobState.RUNNING, JobState.QUEUED), timeout=60)
+        data = get(token, job_id)
+    assert (data["state"], data["cause"], data["message"]) == ("cancelled", "cancelled", TRAINJOB_GONE), data
+    assert transitions(data)[-1] == ("running", "cancelled"), transitions(data)
+    warnings = [w for w in data["supervision_warnings"] if w["object"] == f"TrainJob {namespace}/{name}"]
+    assert warnings and "not the TrainJob dispatch created" in warnings[0]["message"], data[
+        "supervision_warnings"
+    ]
+    # The stranger's TrainJob is not dispatch's to delete, and the execution still names its own.
+    still = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
+    assert still["metadata"]["uid"] == stranger["metadata"]["uid"]
+    assert Execution.objects.get(job_id=job_id, attempt=1).trainjob_uid == recorded
 
 
 # ---------------------------------------------------------------- 4. the label domain stored with the job

@@ -7,14 +7,16 @@ failure (status-facts §1.2: EvictionByEvictionAPI, then a DELETE)."""
 from __future__ import annotations
 
 import gc
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from jobs.supervision import cycle
 from jobs.supervision.cycle import Watched, derive_all
-from jobs.supervision.grouping import StaticIndex
-from jobs.supervision.status import condense_pod
+from jobs.supervision.grouping import StaticIndex, owned_objects
+from jobs.supervision.status import TRAINJOB_GONE, DerivedStatus, condense_pod
 from jobs.waits import Thresholds
 
 NS, JOB, NAME = "team", "jabcdefghij", "jabcdefghij-1"
@@ -449,3 +451,90 @@ def test_the_node_its_scheduled_event_names_is_read_and_when_gone_it_is_node_los
     status = _never_read([SCHEDULED], [])  # ... and it was not found
     assert (status.state, status.cause, status.rank) == ("failed", "node-lost", 1)
     assert "kwok-node-0" in status.message
+
+
+def test_a_pod_the_memory_holds_that_is_no_longer_read_needs_its_node() -> None:
+    """A pod deleted with its Job between two cycles (its TrainJob deleted outside dispatch, say) is gone as
+    of this cycle: its node is read, so an existing node is not taken for a lost one."""
+    from jobs.supervision.nodes import needs_nodes
+
+    remembered = {"pod-1": condense_pod(_pod(disrupted=False), "dispatch.dev")}
+    assert needs_nodes([_pod(disrupted=False)], remembered, []) == set()  # running: no read
+    assert needs_nodes([], remembered, []) == {"kwok-node-0"}
+    watched = [
+        Watched(key=(JOB, 1), namespace=NS, trainjob_name=NAME, memory=remembered, identity_warned=False)
+    ]
+    status = derive_all(
+        StaticIndex([], ["dispatch.dev"]),
+        watched,
+        now=datetime(2026, 11, 30, 10, 0, 8, tzinfo=UTC),
+        thresholds=Thresholds(),
+        nodes=NODES,  # what the cycle read, now that it asks
+    )[(JOB, 1)]
+    assert (status.state, status.cause, status.message) == ("cancelled", "cancelled", TRAINJOB_GONE)
+
+
+# ---------------------------------------------------------------- the TrainJob by the UID its start recorded
+
+
+def _trainjob(uid: str) -> dict[str, Any]:
+    return {"kind": "TrainJob", "metadata": {"namespace": NS, "name": NAME, "uid": uid, "labels": LABELS}}
+
+
+def test_a_trainjob_under_the_jobs_name_and_labels_with_another_uid_is_a_strangers() -> None:
+    """The TrainJob was deleted outside dispatch and another made under its name and labels: it is not the
+    execution's (whose TrainJob is gone) but a stranger's, named as one. A row without a recorded UID (from
+    before the field) goes by name and label, as before."""
+    source = StaticIndex([_trainjob("uid-theirs")], ["dispatch.dev"])
+    ours = Watched(
+        key=(JOB, 1),
+        namespace=NS,
+        trainjob_name=NAME,
+        memory={},
+        identity_warned=False,
+        trainjob_uid="uid-ours",
+    )
+    grouped = owned_objects(source, ours)
+    assert grouped.objects == []
+    assert [w["object"] for w in grouped.strangers] == [f"TrainJob {NS}/{NAME}"]
+    assert (
+        "not the TrainJob dispatch created (UID uid-theirs, not uid-ours)" in grouped.strangers[0]["message"]
+    )
+    status = derive_all(
+        source, [ours], now=datetime(2026, 11, 30, 10, 0, 8, tzinfo=UTC), thresholds=Thresholds()
+    )
+    assert status[(JOB, 1)].message == TRAINJOB_GONE
+    # The recorded UID: the TrainJob is the execution's.
+    assert owned_objects(source, replace(ours, trainjob_uid="uid-theirs")).objects == [
+        _trainjob("uid-theirs")
+    ]
+    older = owned_objects(source, replace(ours, trainjob_uid=""))
+    assert older.objects == [_trainjob("uid-theirs")] and older.strangers == []
+
+
+def test_a_trainjob_the_api_server_has_under_another_uid_confirms_the_jobs_is_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """_gone_unconfirmed's one GET: an answer with the recorded UID (the watch has not delivered it yet), or
+    any answer for a row without one, keeps the execution for the next cycle; another UID confirms that the
+    execution's TrainJob is gone."""
+    answers = {"theirs": _trainjob("uid-theirs"), "ours": _trainjob("uid-ours")}
+    answer: list[str] = []
+    monkeypatch.setattr(cycle.gateway, "get_namespaced", lambda kind, ns, name: answers[answer[0]])
+    gone = {(JOB, 1): DerivedStatus(state="cancelled", cause="cancelled", message=TRAINJOB_GONE)}
+
+    def unconfirmed(recorded: str, served: str) -> bool:
+        answer[:] = [served]
+        item = Watched(
+            key=(JOB, 1),
+            namespace=NS,
+            trainjob_name=NAME,
+            memory={},
+            identity_warned=False,
+            trainjob_uid=recorded,
+        )
+        return (JOB, 1) in cycle._gone_unconfirmed(gone, [item])
+
+    assert not unconfirmed("uid-ours", "theirs")
+    assert unconfirmed("uid-ours", "ours")
+    assert unconfirmed("", "theirs")
