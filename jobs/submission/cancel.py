@@ -32,7 +32,8 @@ def execution_objects_delete(job: Job, execution: Execution, *, retry_transient:
     A copy without that owner (the TrainJob was never created, or we stopped before the ownerReference), or
     one left after its TrainJob is gone, is deleted here. Only what dispatch made for this job is touched
     (jobs.objects.is_ours, in the domain stored with the job): a name that collided with somebody else's
-    object is never deleted.
+    object is never deleted, nor one under the name whose UID is not the one the start recorded (somebody
+    made it again after ours went, labels, annotations and all).
 
     Done, objects_removed_at set, only when a read shows both gone and no start delivery can still create
     them (jobs.submission.claim.start_may_still_create: the claim is released or its lease ran out); until
@@ -51,13 +52,14 @@ def execution_objects_delete(job: Job, execution: Execution, *, retry_transient:
     requested = fresh.delete_requested_at
     waited = (timezone.now() - requested).total_seconds() if requested else 0.0
     stop_since = time.monotonic() - max(waited, 0.0)
+    made = fresh.trainjob_uid  # "" when no start recorded one (yet)
     try:
-        left = _delete_pass(job, name, unannotated_ok, stop_since)
+        left = _delete_pass(job, name, unannotated_ok, stop_since, made)
         for wait in GONE_WAITS:  # a deleted TrainJob goes at once; the garbage collector takes its copy
             if not left:
                 break
             time.sleep(wait)
-            left = _delete_pass(job, name, unannotated_ok, stop_since)
+            left = _delete_pass(job, name, unannotated_ok, stop_since, made)
     except ClusterError as exc:
         logger.warning("could not delete the objects of %s/%s: %s", job.namespace, name, exc)
         if exc.transient and retry_transient:
@@ -84,12 +86,17 @@ GONE_WAITS = (0.1, 0.2, 0.4, 0.8)
 STOP_WAIT_SECONDS = 30.0
 
 
-def _delete_pass(job: Job, name: str, unannotated_ok: bool, stop_since: float | None = None) -> list[str]:
+def _delete_pass(
+    job: Job, name: str, unannotated_ok: bool, stop_since: float | None = None, made: str = ""
+) -> list[str]:
     """Delete what is left of ours under `name`; the kinds still there (being deleted, or just deleted).
-    A TrainJob is stopped first (_stop) and deleted once the Trainer shows it stopped."""
+    A TrainJob is stopped first (_stop) and deleted once the Trainer shows it stopped. `made`: the UID of
+    the TrainJob the start created, when it recorded one; another TrainJob, and a copy another TrainJob
+    owns, are not ours."""
     trainjob = gateway.get_namespaced(TRAINJOB, job.namespace, name)
-    if trainjob is not None and not is_ours(
-        trainjob, job.label_domain, job.id, unannotated_ok=unannotated_ok
+    if trainjob is not None and (
+        not is_ours(trainjob, job.label_domain, job.id, unannotated_ok=unannotated_ok)
+        or (made and _uid(trainjob) != made)
     ):
         trainjob = None  # somebody else's object under our name: not ours to delete, nor to wait for
     if trainjob is not None and not _deleting(trainjob):
@@ -107,11 +114,17 @@ def _delete_pass(job: Job, name: str, unannotated_ok: bool, stop_since: float | 
             with suppress(Conflict):  # another object took the name since the read: not ours
                 gateway.delete_namespaced(TRAINJOB, job.namespace, name, uid=_uid(trainjob))
     copy = gateway.get_namespaced(TRAINING_RUNTIME, job.namespace, name)
-    if copy is not None and not is_ours(copy, job.label_domain, job.id, unannotated_ok=unannotated_ok):
+    owners = [
+        ref
+        for ref in ((copy or {}).get("metadata") or {}).get("ownerReferences") or []
+        if ref.get("kind") == TRAINJOB
+    ]
+    if copy is not None and (
+        not is_ours(copy, job.label_domain, job.id, unannotated_ok=unannotated_ok)
+        or (made and any(ref.get("uid") != made for ref in owners))
+    ):
         copy = None
-    owned = copy is not None and any(
-        ref.get("kind") == TRAINJOB for ref in (copy.get("metadata") or {}).get("ownerReferences") or []
-    )
+    owned = copy is not None and bool(owners)
     if copy is not None and not _deleting(copy) and (trainjob is None or not owned):
         gateway.delete_namespaced(TRAINING_RUNTIME, job.namespace, name)
     return [kind for kind, obj in ((TRAINJOB, trainjob), (TRAINING_RUNTIME, copy)) if obj is not None]
