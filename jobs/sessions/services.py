@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import suppress
 from datetime import timedelta
 from typing import Any, Final
 
@@ -21,7 +22,7 @@ from django.utils import timezone
 
 from cluster import exec as pods
 from cluster import gateway
-from cluster.errors import ClusterError
+from cluster.errors import ClusterError, Conflict
 from cluster.logs import events_for
 from dispatch_site import roles
 from dispatch_site.audit import audit_record
@@ -305,15 +306,32 @@ def session_close(*, actor: User | None, session: Session, reason: str = "") -> 
 def _delete_objects(session: Session) -> tuple[bool, bool]:
     """Delete the session's TrainJob, and its runtime copy once the TrainJob is gone (the Trainer's webhook
     refuses to let go of a TrainJob whose runtime is gone first; the garbage collector usually takes the
-    copy with its owner). Only objects labelled with this session's id are touched. Returns whether the
-    TrainJob and the copy were still there."""
+    copy with its owner). Only objects dispatch made for this session are touched: labelled and annotated for
+    it, and, once the open recorded its TrainJob's UID, that TrainJob (deleted with the UID as a
+    precondition) and a copy no other TrainJob owns; somebody's TrainJob made again under the name, with the
+    labels and annotations copied, is left alone. Returns whether the TrainJob and the copy were still
+    there."""
     label_domain = domain_of(session)
+    made = session.trainjob_uid
     trainjob = gateway.get_namespaced(TRAINJOB, session.namespace, session.name)
-    has_job = trainjob is not None and is_ours(trainjob, label_domain, session.id)
-    if has_job and trainjob is not None and not (trainjob.get("metadata") or {}).get("deletionTimestamp"):
-        gateway.delete_namespaced(TRAINJOB, session.namespace, session.name)
+    meta = (trainjob or {}).get("metadata") or {}
+    has_job = (
+        trainjob is not None
+        and is_ours(trainjob, label_domain, session.id)
+        and (not made or meta.get("uid") == made)
+    )
+    if has_job and not meta.get("deletionTimestamp"):
+        with suppress(Conflict):  # another object took the name since the read: not ours
+            gateway.delete_namespaced(
+                TRAINJOB, session.namespace, session.name, uid=str(meta.get("uid") or "")
+            )
     copy = gateway.get_namespaced(TRAINING_RUNTIME, session.namespace, session.name)
-    has_copy = copy is not None and is_ours(copy, label_domain, session.id)
+    copy_owners = ((copy or {}).get("metadata") or {}).get("ownerReferences") or []
+    has_copy = (
+        copy is not None
+        and is_ours(copy, label_domain, session.id)
+        and not (made and any(r.get("kind") == TRAINJOB and r.get("uid") != made for r in copy_owners))
+    )
     if has_copy and not has_job:
         gateway.delete_namespaced(TRAINING_RUNTIME, session.namespace, session.name)
     return has_job, has_copy

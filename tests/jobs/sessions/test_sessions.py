@@ -431,3 +431,45 @@ def test_pods_outliving_the_close_timeout_leave_a_warning_on_the_closed_session(
     wait_for(
         lambda: pods_of(kube, namespace, session["id"]) == [], what="the garbage collector to remove the pods"
     )
+
+
+def test_closing_a_session_whose_trainjob_was_made_again_leaves_the_strangers_alone(
+    kube: Any, namespace: str, api: APIClient, settings: Any
+) -> None:
+    """The session's TrainJob is deleted outside dispatch and somebody makes another under its name, with its
+    labels and dispatch's own annotations (so it passes the label and body-hash check). The open recorded its
+    TrainJob's UID: close deletes only that one, and the stranger's stays."""
+    runtime = plain_runtime(kube, namespace)
+    session = api.post(
+        "/api/v1/sessions?wait=60", open_body(namespace, runtime, num_nodes=1), format="json"
+    ).json()
+    assert session["state"] == "running"
+    name = session["id"]
+    ours = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
+    assert Session.objects.get(pk=name).trainjob_uid == ours["metadata"]["uid"]
+    kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
+    wait_for(lambda: not trainjob_exists(kube, namespace, name), what="the session's TrainJob deleted")
+    stranger = kube.custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "trainjobs",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "TrainJob",
+            "metadata": {
+                "name": name,
+                "labels": ours["metadata"]["labels"],
+                "annotations": ours["metadata"].get("annotations") or {},
+            },
+            # The runtime copy went with the session's TrainJob, its owner: this one runs on the original.
+            "spec": {**ours["spec"], "runtimeRef": {**ours["spec"]["runtimeRef"], "name": runtime}},
+        },
+    )
+    settings.SESSION_CLOSE_TIMEOUT_SECONDS = 0  # the stranger's pods carry the session's labels too
+    closed = api.delete(f"/api/v1/sessions/{name}").json()
+    assert closed["state"] == "closed"
+    still = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
+    assert still["metadata"]["uid"] == stranger["metadata"]["uid"]
+    assert "deletionTimestamp" not in still["metadata"]
+    kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
