@@ -99,6 +99,49 @@ def wait_for(
         time.sleep(interval)
 
 
+def trainjob_made_again(
+    kube: Any, namespace: str, ours: dict[str, Any], runtime: str, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Deletes the TrainJob `ours` outside dispatch and makes another under its name, with its labels and
+    annotations (dispatch's body hash too): somebody's copy. It runs on `runtime` (the runtime copy went with
+    `ours`, its owner); `env` replaces its trainer's environment. Returns the new TrainJob."""
+    from kubernetes.client.rest import ApiException
+
+    name = ours["metadata"]["name"]
+    kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
+
+    def gone() -> bool:
+        try:
+            kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    wait_for(gone, timeout=30, what=f"TrainJob {namespace}/{name} deleted")
+    spec = {**ours["spec"], "runtimeRef": {**ours["spec"]["runtimeRef"], "name": runtime}}
+    if env is not None:
+        spec["trainer"] = {**spec["trainer"], "env": [{"name": k, "value": v} for k, v in env.items()]}
+    made: dict[str, Any] = kube.custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "trainjobs",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "TrainJob",
+            "metadata": {
+                "name": name,
+                "labels": ours["metadata"]["labels"],
+                "annotations": ours["metadata"].get("annotations") or {},
+            },
+            "spec": spec,
+        },
+    )
+    return made
+
+
 @pytest.fixture
 def cleanup_cluster_objects(kube: Any) -> Iterator[list[tuple[str, str]]]:
     """Cluster-scoped objects a test made, deleted afterwards: (plural, name)."""

@@ -19,7 +19,7 @@ from dispatch_site.models import AuditEvent
 from jobs.models import Session, SessionState
 from jobs.sessions.tasks import session_watch
 from runtimes.models import AllowListEntry
-from tests.support.dispatch import GROUP, VERSION, runtime_body, trainer_job, wait_for
+from tests.support.dispatch import GROUP, VERSION, runtime_body, trainer_job, trainjob_made_again, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -447,25 +447,7 @@ def test_closing_a_session_whose_trainjob_was_made_again_leaves_the_strangers_al
     name = session["id"]
     ours = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
     assert Session.objects.get(pk=name).trainjob_uid == ours["metadata"]["uid"]
-    kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
-    wait_for(lambda: not trainjob_exists(kube, namespace, name), what="the session's TrainJob deleted")
-    stranger = kube.custom.create_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        namespace,
-        "trainjobs",
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "TrainJob",
-            "metadata": {
-                "name": name,
-                "labels": ours["metadata"]["labels"],
-                "annotations": ours["metadata"].get("annotations") or {},
-            },
-            # The runtime copy went with the session's TrainJob, its owner: this one runs on the original.
-            "spec": {**ours["spec"], "runtimeRef": {**ours["spec"]["runtimeRef"], "name": runtime}},
-        },
-    )
+    stranger = trainjob_made_again(kube, namespace, ours, runtime)
     settings.SESSION_CLOSE_TIMEOUT_SECONDS = 0  # the stranger's pods carry the session's labels too
     closed = api.delete(f"/api/v1/sessions/{name}").json()
     assert closed["state"] == "closed"

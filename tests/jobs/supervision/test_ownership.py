@@ -36,7 +36,7 @@ from tests.jobs.supervision.support import (
     transitions,
     wait_job,
 )
-from tests.support.dispatch import GROUP, VERSION, wait_for
+from tests.support.dispatch import GROUP, VERSION, trainjob_made_again, wait_for
 
 pytestmark = [pytest.mark.cluster]
 
@@ -161,39 +161,6 @@ def test_a_strangers_labelled_pods_neither_end_the_job_nor_delete_its_trainjob(
 # ---------------------------------------------------------------- the TrainJob by its UID
 
 
-def _made_again(kube: Any, namespace: str, ours: dict[str, Any], run_for: str) -> dict[str, Any]:
-    """Deletes the job's TrainJob `ours` outside dispatch and makes another under its name, with its labels
-    and annotations, on another runtime, whose pods run for `run_for` (KWOK_RUN_DURATION)."""
-    name = ours["metadata"]["name"]
-    kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
-    wait_for(lambda: not trainjob_exists(kube, namespace, name), timeout=30, what="the TrainJob deleted")
-    made: dict[str, Any] = kube.custom.create_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        namespace,
-        "trainjobs",
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "TrainJob",
-            "metadata": {
-                "name": name,
-                "labels": ours["metadata"]["labels"],
-                "annotations": ours["metadata"].get("annotations") or {},
-            },
-            "spec": {
-                **ours["spec"],
-                # The runtime copy went with dispatch's TrainJob, its owner: this runs on the original.
-                "runtimeRef": {**ours["spec"]["runtimeRef"], "name": "team-runtime"},
-                "trainer": {
-                    **ours["spec"]["trainer"],
-                    "env": [{"name": "KWOK_RUN_DURATION", "value": run_for}],
-                },
-            },
-        },
-    )
-    return made
-
-
 @pytest.mark.parametrize("path", ["beat", "watch"])
 @pytest.mark.django_db(transaction=True)
 def test_a_trainjob_made_again_under_the_jobs_name_and_labels_is_a_strangers(
@@ -220,7 +187,7 @@ def test_a_trainjob_made_again_under_the_jobs_name_and_labels_is_a_strangers(
     our_pods = {p.metadata.uid for p in pods_of(kube, namespace, job_id)}
     assert len(our_pods) == 2
 
-    stranger = _made_again(kube, namespace, ours, "1s")
+    stranger = trainjob_made_again(kube, namespace, ours, "team-runtime", {"KWOK_RUN_DURATION": "1s"})
     assert stranger["metadata"]["uid"] != recorded
 
     def settled() -> bool:
@@ -267,7 +234,7 @@ def test_cancelling_a_job_whose_trainjob_was_made_again_leaves_the_strangers_alo
     name = f"{job_id}-1"
     supervise_until(token, job_id, lambda d: d["state"] == "running", what="running")
     ours = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
-    stranger = _made_again(kube, namespace, ours, "600s")
+    stranger = trainjob_made_again(kube, namespace, ours, "team-runtime", {"KWOK_RUN_DURATION": "600s"})
     answer = api(token).post(f"/api/v1/jobs/{job_id}/cancel")
     assert answer.status_code == 202, answer.content
     execution = Execution.objects.get(job_id=job_id, attempt=1)
