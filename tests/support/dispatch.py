@@ -99,27 +99,31 @@ def wait_for(
         time.sleep(interval)
 
 
+def trainjob_exists(kube: Any, namespace: str, name: str) -> bool:
+    from kubernetes.client.rest import ApiException
+
+    try:
+        kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
 def trainjob_made_again(
     kube: Any, namespace: str, ours: dict[str, Any], runtime: str, env: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """Deletes the TrainJob `ours` outside dispatch and makes another under its name, with its labels and
     annotations (dispatch's body hash too): somebody's copy. It runs on `runtime` (the runtime copy went with
     `ours`, its owner); `env` replaces its trainer's environment. Returns the new TrainJob."""
-    from kubernetes.client.rest import ApiException
-
     name = ours["metadata"]["name"]
     kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
-
-    def gone() -> bool:
-        try:
-            kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return True
-            raise
-        return False
-
-    wait_for(gone, timeout=30, what=f"TrainJob {namespace}/{name} deleted")
+    wait_for(
+        lambda: not trainjob_exists(kube, namespace, name),
+        timeout=30,
+        what=f"TrainJob {namespace}/{name} deleted",
+    )
     spec = {**ours["spec"], "runtimeRef": {**ours["spec"]["runtimeRef"], "name": runtime}}
     if env is not None:
         spec["trainer"] = {**spec["trainer"], "env": [{"name": k, "value": v} for k, v in env.items()]}

@@ -12,14 +12,21 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from kubernetes.client.rest import ApiException
 from rest_framework.test import APIClient
 
 from dispatch_site.models import AuditEvent
 from jobs.models import Session, SessionState
 from jobs.sessions.tasks import session_watch
 from runtimes.models import AllowListEntry
-from tests.support.dispatch import GROUP, VERSION, runtime_body, trainer_job, trainjob_made_again, wait_for
+from tests.support.dispatch import (
+    GROUP,
+    VERSION,
+    runtime_body,
+    trainer_job,
+    trainjob_exists,
+    trainjob_made_again,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -128,16 +135,6 @@ def run(api: APIClient, session_id: str, command: Any, **extra: Any) -> dict[str
 
 def pods_of(kube: Any, namespace: str, trainjob: str) -> list[Any]:
     return list(kube.core.list_namespaced_pod(namespace, label_selector=f"{JOBSET_NAME}={trainjob}").items)
-
-
-def trainjob_exists(kube: Any, namespace: str, name: str) -> bool:
-    try:
-        kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True
 
 
 # ---------------------------------------------------------------- the seed's nine checks

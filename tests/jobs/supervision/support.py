@@ -18,7 +18,10 @@ from kubernetes import client
 from jobs.models import Job, JobState
 from jobs.supervision import cycle
 from jobs.supervision.cache import CacheSource
-from tests.support.dispatch import GROUP, VERSION, api_as, get_job, submit_job, wait_for
+from tests.support.dispatch import api_as, get_job, submit_job, wait_for
+from tests.support.dispatch import (
+    trainjob_exists as trainjob_exists,  # the supervision tests take it from here
+)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -116,16 +119,6 @@ def wait_job(job_id: str, predicate: Callable[[Job], bool], timeout: float = 90,
 
     result: Job = wait_for(check, timeout=timeout, interval=0.25, what=what)
     return result
-
-
-def trainjob_exists(kube: Any, namespace: str, name: str) -> bool:
-    try:
-        kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True
 
 
 @contextlib.contextmanager
