@@ -118,18 +118,39 @@ def adoption_problems(
 
 
 def is_ours(
-    obj: Mapping[str, Any], label_domain: str, owner_id: str, *, unannotated_ok: bool = False
+    obj: Mapping[str, Any],
+    label_domain: str,
+    owner_id: str,
+    *,
+    unannotated_ok: bool = False,
+    trainjob_uid: str = "",
 ) -> bool:
     """May dispatch delete this object as the one it made for `owner_id` (a job or session id)? It carries
     the managed-by label, the owner's label and the body-hash annotation dispatch stamps on what it creates
     (a stranger's object under our name, labelled with the owner's id, lacks them). Its content is not
     compared: other controllers (Kueue) change a TrainJob after it was made. `unannotated_ok`: an object made
     before dispatch stamped its bodies (the caller knows a start of that owner completed) passes on its
-    labels alone."""
+    labels alone. `trainjob_uid`: the UID of the TrainJob the start (or the session's open) recorded, when it
+    recorded one; a TrainJob with another UID, or a runtime copy another TrainJob owns, is somebody's made
+    again under the name with the labels and annotations copied."""
     labels = _labels(obj)
     if labels.get(MANAGED_BY_LABEL) != MANAGED_BY or labels.get(f"{label_domain}/job") != owner_id:
         return False
+    if trainjob_uid and not _of_trainjob(obj, trainjob_uid):
+        return False
     return unannotated_ok or body_hash_key(label_domain) in _annotations(obj)
+
+
+def _of_trainjob(obj: Mapping[str, Any], trainjob_uid: str) -> bool:
+    """The TrainJob of that UID, or an object no other TrainJob owns."""
+    meta = obj.get("metadata") or {}
+    if obj.get("kind") == TRAINJOB:
+        return bool(meta.get("uid") == trainjob_uid)
+    return all(
+        ref.get("uid") == trainjob_uid
+        for ref in meta.get("ownerReferences") or []
+        if ref.get("kind") == TRAINJOB
+    )
 
 
 class NotAdoptable(Rejected):

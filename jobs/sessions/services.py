@@ -315,23 +315,14 @@ def _delete_objects(session: Session) -> tuple[bool, bool]:
     made = session.trainjob_uid
     trainjob = gateway.get_namespaced(TRAINJOB, session.namespace, session.name)
     meta = (trainjob or {}).get("metadata") or {}
-    has_job = (
-        trainjob is not None
-        and is_ours(trainjob, label_domain, session.id)
-        and (not made or meta.get("uid") == made)
-    )
+    has_job = trainjob is not None and is_ours(trainjob, label_domain, session.id, trainjob_uid=made)
     if has_job and not meta.get("deletionTimestamp"):
         with suppress(Conflict):  # another object took the name since the read: not ours
             gateway.delete_namespaced(
                 TRAINJOB, session.namespace, session.name, uid=str(meta.get("uid") or "")
             )
     copy = gateway.get_namespaced(TRAINING_RUNTIME, session.namespace, session.name)
-    copy_owners = ((copy or {}).get("metadata") or {}).get("ownerReferences") or []
-    has_copy = (
-        copy is not None
-        and is_ours(copy, label_domain, session.id)
-        and not (made and any(r.get("kind") == TRAINJOB and r.get("uid") != made for r in copy_owners))
-    )
+    has_copy = copy is not None and is_ours(copy, label_domain, session.id, trainjob_uid=made)
     if has_copy and not has_job:
         gateway.delete_namespaced(TRAINING_RUNTIME, session.namespace, session.name)
     return has_job, has_copy

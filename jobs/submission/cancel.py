@@ -94,9 +94,8 @@ def _delete_pass(
     the TrainJob the start created, when it recorded one; another TrainJob, and a copy another TrainJob
     owns, are not ours."""
     trainjob = gateway.get_namespaced(TRAINJOB, job.namespace, name)
-    if trainjob is not None and (
-        not is_ours(trainjob, job.label_domain, job.id, unannotated_ok=unannotated_ok)
-        or (made and _uid(trainjob) != made)
+    if trainjob is not None and not is_ours(
+        trainjob, job.label_domain, job.id, unannotated_ok=unannotated_ok, trainjob_uid=made
     ):
         trainjob = None  # somebody else's object under our name: not ours to delete, nor to wait for
     if trainjob is not None and not _deleting(trainjob):
@@ -114,17 +113,13 @@ def _delete_pass(
             with suppress(Conflict):  # another object took the name since the read: not ours
                 gateway.delete_namespaced(TRAINJOB, job.namespace, name, uid=_uid(trainjob))
     copy = gateway.get_namespaced(TRAINING_RUNTIME, job.namespace, name)
-    owners = [
-        ref
-        for ref in ((copy or {}).get("metadata") or {}).get("ownerReferences") or []
-        if ref.get("kind") == TRAINJOB
-    ]
-    if copy is not None and (
-        not is_ours(copy, job.label_domain, job.id, unannotated_ok=unannotated_ok)
-        or (made and any(ref.get("uid") != made for ref in owners))
+    if copy is not None and not is_ours(
+        copy, job.label_domain, job.id, unannotated_ok=unannotated_ok, trainjob_uid=made
     ):
         copy = None
-    owned = copy is not None and bool(owners)
+    owned = copy is not None and any(
+        ref.get("kind") == TRAINJOB for ref in (copy.get("metadata") or {}).get("ownerReferences") or []
+    )
     if copy is not None and not _deleting(copy) and (trainjob is None or not owned):
         gateway.delete_namespaced(TRAINING_RUNTIME, job.namespace, name)
     return [kind for kind, obj in ((TRAINJOB, trainjob), (TRAINING_RUNTIME, copy)) if obj is not None]
