@@ -252,7 +252,7 @@ def test_cancelling_a_job_whose_trainjob_was_made_again_leaves_the_strangers_alo
 # ---------------------------------------------------------------- 4. the label domain stored with the job
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_running_job_is_supervised_by_its_own_label_domain_after_the_site_changes_it(
     submitter: tuple[User, str],
     platform_api: APIClient,
