@@ -21,6 +21,12 @@ pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
 
+# The bench sees pods through its own watch, dispatch through another: the same pod event can reach dispatch
+# (and its GET answer `running`) a few milliseconds before the bench's watch thread records it. One CI run
+# measured that 6 ms; a real misordering (dispatch saying running before its pods run) is a whole supervision
+# cycle or more, far above this allowance.
+WATCH_LAG_S = 0.25
+
 
 def test_the_kueue_section_measures_both_sides_from_quota_freed_and_reports_the_ratio(
     kubeconfig: str, kueue: None, tmp_path: Path
@@ -49,7 +55,9 @@ def test_the_kueue_section_measures_both_sides_from_quota_freed_and_reports_the_
     assert set(sides) == {"dispatch", "bare"}
     for row in sides.values():
         # Each side's clock started when quota freed, and the subject was admitted, then ran, after it.
-        assert 0 < row["admit_s"] <= row["admit_s"] + row["pods_s"] <= row["seconds"]
+        assert 0 < row["admit_s"] < row["seconds"]
+        assert row["pods_s"] > 0
+        assert row["admit_s"] + row["pods_s"] <= row["seconds"] + WATCH_LAG_S
     assert result["ratio"] == pytest.approx(sides["dispatch"]["seconds"] / sides["bare"]["seconds"])
     met = result["ratio"] <= 1.2
     assert done.returncode == (0 if met else 1)
