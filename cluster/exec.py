@@ -55,6 +55,8 @@ class PodInfo:
     labels: dict[str, str]
     uid: str = ""
     owner_uid: str = ""  # its controller's (a Job's) uid, "" without one
+    owner_kind: str = ""  # its controller's kind ("Job" for a JobSet's pod)
+    owner_name: str = ""
 
     @classmethod
     def from_api(cls, pod: Any) -> PodInfo:
@@ -74,6 +76,8 @@ class PodInfo:
             labels=labels,
             uid=str(meta.uid or ""),
             owner_uid=str(owner.uid) if owner is not None else "",
+            owner_kind=str(owner.kind) if owner is not None else "",
+            owner_name=str(owner.name) if owner is not None else "",
         )
 
 

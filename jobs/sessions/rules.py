@@ -208,6 +208,75 @@ def pick_trainer_pod(pod_list: Sequence[pods.PodInfo], replicated_job: str) -> p
     return min(mine, key=lambda p: (p.job_index, p.completion_index, p.name), default=None)
 
 
+def _owners(obj: Mapping[str, Any], kind: str, name: str) -> frozenset[str]:
+    """The UIDs of the owners of this kind and name the object names."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or ()
+    return frozenset(
+        str(r.get("uid")) for r in refs if r.get("kind") == kind and r.get("name") == name and r.get("uid")
+    )
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The session's owner chain as the cluster shows it now: TrainJob (the UID the open recorded) -> JobSet
+    -> Job -> pod. `jobsets` and `jobs` map each listed object's UID to the UIDs of its owners under the
+    session's name (a TrainJob's JobSet, and that JobSet's Jobs, all carry the TrainJob's name)."""
+
+    trainjob_uid: str
+    jobsets: Mapping[str, frozenset[str]]
+    jobs: Mapping[str, frozenset[str]]
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        name: str,
+        trainjob_uid: str,
+        jobsets: Sequence[Mapping[str, Any]],
+        jobs: Sequence[Mapping[str, Any]],
+    ) -> Chain:
+        def uid(obj: Mapping[str, Any]) -> str:
+            return str((obj.get("metadata") or {}).get("uid") or "")
+
+        return cls(
+            trainjob_uid=trainjob_uid,
+            jobsets={uid(s): _owners(s, "TrainJob", name) for s in jobsets},
+            jobs={uid(j): _owners(j, "JobSet", name) for j in jobs},
+        )
+
+
+def chained_pods(pod_list: Sequence[pods.PodInfo], chain: Chain) -> list[pods.PodInfo]:
+    """The pods of the session's TrainJob: each one's controller is a Job owned by a JobSet owned by the
+    TrainJob the open recorded, every link present. Anyone who can create a pod in the namespace can copy the
+    session's labels; commands never run in such a pod. No pod at all while no TrainJob UID is known. Pure."""
+    if not chain.trainjob_uid:
+        return []
+    jobsets = {u for u, owners in chain.jobsets.items() if chain.trainjob_uid in owners}
+    jobs = {u for u, owners in chain.jobs.items() if owners & jobsets}
+    return [p for p in pod_list if p.owner_kind == "Job" and p.owner_uid in jobs]
+
+
+def leftover_pods(pod_list: Sequence[pods.PodInfo], chain: Chain) -> list[pods.PodInfo]:
+    """While closing, the labelled pods that are the session's or on their way out with its objects: the pod's
+    controller is a Job, and every link of its chain that still exists leads to the recorded TrainJob. A link
+    to an object already gone is one the garbage collector is taking down (it deletes a dependent whose
+    owners are all gone), so such a pod is waited for. A pod with no controlling Job, or whose Job or JobSet
+    is somebody else's, is not the session's and never holds the close open. A Job or JobSet missing from
+    the chain is taken as gone: the caller reads by name the Job of every pod it did not list. Pure."""
+
+    def jobset_leads_here(uid: str) -> bool:
+        owners = chain.jobsets.get(uid)
+        # A session opened before dispatch recorded TrainJob UIDs, its TrainJob gone: its JobSet is the one
+        # under its name.
+        return owners is None or not chain.trainjob_uid or chain.trainjob_uid in owners
+
+    def job_leads_here(uid: str) -> bool:
+        owners = chain.jobs.get(uid)
+        return owners is None or any(jobset_leads_here(u) for u in owners)
+
+    return [p for p in pod_list if p.owner_kind == "Job" and p.owner_uid and job_leads_here(p.owner_uid)]
+
+
 @dataclass(frozen=True)
 class StartDecision:
     state: str  # starting (keep waiting), running or failed

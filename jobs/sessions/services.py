@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from contextlib import suppress
 from datetime import timedelta
 from typing import Any, Final
@@ -41,12 +42,15 @@ from jobs.plan import start_reasons
 from jobs.sessions.errors import SessionCreateFailed, SessionNameTaken, SessionRefused
 from jobs.sessions.rules import (
     CREATION_FAILED_AFTER,
+    Chain,
     SessionRequest,
     _timeout,
     allow_list_miss,
+    chained_pods,
     creation_failure,
     decide_start,
     exec_containers,
+    leftover_pods,
     lifetime_over,
     pick_trainer_pod,
     session_objects,
@@ -202,8 +206,40 @@ def session_set_state(session: Session, old: set[str] | frozenset[str], new: str
 
 
 def _pods_of(session: Session) -> list[pods.PodInfo]:
+    """The session's pods: those carrying its labels that are in its TrainJob's owner chain."""
     selector = f"{pods.JOBSET_NAME_LABEL}={session.name},{domain_of(session)}/job={session.id}"
-    return pods.list_pods(session.namespace, selector)
+    labelled = pods.list_pods(session.namespace, selector)
+    if not labelled:
+        return []
+    return chained_pods(labelled, _chain(session))
+
+
+def _trainjob_uid(session: Session) -> str:
+    """The UID of the session's TrainJob: the one its open recorded, else (a session opened before dispatch
+    recorded it) the TrainJob under its name when dispatch made it for this session."""
+    if session.trainjob_uid:
+        return session.trainjob_uid
+    trainjob = gateway.get_namespaced(TRAINJOB, session.namespace, session.name)
+    if trainjob is None or not is_ours(trainjob, domain_of(session), session.id):
+        return ""
+    return str((trainjob.get("metadata") or {}).get("uid") or "")
+
+
+def _chain(session: Session, labelled: Sequence[pods.PodInfo] = ()) -> Chain:
+    """The session's TrainJob -> JobSet -> Job links as the cluster shows them now: its JobSet (by name) and
+    the Jobs carrying its JobSet's label, plus, read by name, the Job of every labelled pod not among them
+    (a Job without the label is somebody else's, or gone)."""
+    namespace, name = session.namespace, session.name
+    jobsets = gateway.list_objects(gateway.JOBSETS, namespace, field_selector=f"metadata.name={name}").items
+    jobs = gateway.list_objects(
+        gateway.JOBS, namespace, label_selector=f"{pods.JOBSET_NAME_LABEL}={name}"
+    ).items
+    listed = {str(j["metadata"].get("uid")) for j in jobs}
+    for owner in sorted(
+        {p.owner_name for p in labelled if p.owner_kind == "Job" and p.owner_uid not in listed}
+    ):
+        jobs += gateway.list_objects(gateway.JOBS, namespace, field_selector=f"metadata.name={owner}").items
+    return Chain.of(name=name, trainjob_uid=_trainjob_uid(session), jobsets=jobsets, jobs=jobs)
 
 
 def session_observe(*, session_id: str) -> Session | None:
@@ -337,7 +373,8 @@ def session_close_observe(*, session_id: str) -> Session | None:
     label_domain = domain_of(session)
     try:
         trainjob, copy = _delete_objects(session)
-        left = pods.list_pods(session.namespace, f"{label_domain}/job={session.id}")
+        labelled = pods.list_pods(session.namespace, f"{label_domain}/job={session.id}")
+        left = leftover_pods(labelled, _chain(session, labelled)) if labelled else []
     except ClusterError as exc:
         logger.warning("session %s: closing: %s", session.id, exc)
         return session

@@ -418,20 +418,120 @@ def test_pods_outliving_the_close_timeout_leave_a_warning_on_the_closed_session(
         "/api/v1/sessions?wait=60", open_body(namespace, runtime, num_nodes=2), format="json"
     ).json()
     assert session["state"] == "running"
-    # No time at all for the garbage collector: the pods are still there when close looks.
+    # The trainer pod outlives the close for sure: a finalizer holds it (without one, a fast garbage
+    # collector on a slow test run could remove it before close looks). No time at all for the collector.
+    hold = {"metadata": {"finalizers": ["dispatch.test/hold"]}}
+    kube.core.patch_namespaced_pod(session["pod"], namespace, hold)
     settings.SESSION_CLOSE_TIMEOUT_SECONDS = 0
     closed = api.delete(f"/api/v1/sessions/{session['id']}").json()
     assert closed["state"] == "closed"
     assert f"of TrainJob {namespace}/{session['id']} still existed 0s after close" in closed["warning"]
     assert session["pod"] in closed["warning"]
     assert not trainjob_exists(kube, namespace, session["id"])
+    kube.core.patch_namespaced_pod(session["pod"], namespace, {"metadata": {"finalizers": None}})
     wait_for(
         lambda: pods_of(kube, namespace, session["id"]) == [], what="the garbage collector to remove the pods"
     )
 
 
+def _strangers_pod(kube: Any, namespace: str, name: str, labels: dict[str, str]) -> Any:
+    """A Running pod somebody made in the namespace with the labels given: no owner, not dispatch's."""
+    kube.core.create_namespaced_pod(
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "labels": labels,
+                "annotations": {"batch.kubernetes.io/job-completion-index": "0"},
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": c,
+                        "image": "localhost/stranger:v1",
+                        "env": [{"name": "KWOK_STAY_RUNNING", "value": "1"}],
+                    }
+                    for c in ("node", PROBE)
+                ]
+            },
+        },
+    )
+    return wait_for(
+        lambda: (pod := kube.core.read_namespaced_pod(name, namespace)).status.phase == "Running" and pod,
+        what=f"the stranger's pod {name} running",
+    )
+
+
+def test_a_strangers_pod_with_the_sessions_labels_is_never_its_trainer_pod(
+    kube: Any, namespace: str, api: APIClient
+) -> None:
+    """Anyone who can create a pod in the namespace can copy a session's labels. Here the session's node pods
+    never get ready, so its launcher (the trainer pod) is never made; a stranger's Running pod labelled as
+    that launcher is there instead, and first by index and name. The session never takes it (its commands
+    would run in the stranger's image): the pod is not in the owner chain of the session's TrainJob, so the
+    open times out having found no trainer pod."""
+    runtime = create_runtime(
+        kube, namespace, mpi_interactive(namespace, "stuck-runtime", {"KWOK_IMAGE_PULL_ERROR": "1"})
+    )
+    opened = api.post(
+        "/api/v1/sessions", open_body(namespace, runtime, name="decoy", timeout_seconds=8), format="json"
+    )
+    assert opened.status_code == 202, opened.content
+    session = opened.json()
+    domain = Session.objects.get(pk=session["id"]).label_domain
+    stranger = _strangers_pod(
+        kube,
+        namespace,
+        "decoy-launcher-0-0-aaaaa",
+        {
+            JOBSET_NAME: "decoy",
+            RJOB: "launcher",
+            "jobset.sigs.k8s.io/job-index": "0",
+            ANCESTOR: "trainer",
+            f"{domain}/job": session["id"],
+        },
+    )
+    session_watch.delay(session["id"])  # the watcher task a worker runs after the open commits
+    row = Session.objects.get(pk=session["id"])
+    assert row.state == SessionState.FAILED, row.message
+    assert row.pod == "" and row.pod_uid == ""
+    assert "no pod of replicated job 'launcher' exists yet" in row.message
+    assert (
+        kube.core.read_namespaced_pod(stranger.metadata.name, namespace).metadata.deletion_timestamp is None
+    )
+    assert api.delete(f"/api/v1/sessions/{session['id']}?wait=60").json()["state"] == "closed"
+
+
+def test_a_strangers_pod_with_the_sessions_labels_does_not_hold_its_close_open(
+    kube: Any, namespace: str, api: APIClient
+) -> None:
+    """Close waits for the session's pods to go, but only for its own: a stranger's Running pod carrying the
+    trainer pod's labels (not the Job's own selector, or the Job controller would adopt it) is left alone,
+    and the close ends as soon as the session's TrainJob, copy and pods are gone, without a warning (it used
+    to wait out the 180 s close timeout for the stranger)."""
+    runtime = plain_runtime(kube, namespace)
+    session = api.post(
+        "/api/v1/sessions?wait=60", open_body(namespace, runtime, num_nodes=1), format="json"
+    ).json()
+    assert session["state"] == "running"
+    real = kube.core.read_namespaced_pod(session["pod"], namespace)
+    copied = {
+        k: v for k, v in real.metadata.labels.items() if "controller-uid" not in k and "job-name" not in k
+    }
+    stranger = _strangers_pod(kube, namespace, f"{session['id']}-stranger", copied)
+    closed = api.delete(f"/api/v1/sessions/{session['id']}?wait=60").json()
+    assert closed["state"] == "closed", closed
+    assert closed["warning"] == ""
+    assert not trainjob_exists(kube, namespace, session["id"])
+    assert (
+        kube.core.read_namespaced_pod(stranger.metadata.name, namespace).metadata.deletion_timestamp is None
+    )
+
+
 def test_closing_a_session_whose_trainjob_was_made_again_leaves_the_strangers_alone(
-    kube: Any, namespace: str, api: APIClient, settings: Any
+    kube: Any, namespace: str, api: APIClient
 ) -> None:
     """The session's TrainJob is deleted outside dispatch and somebody makes another under its name, with its
     labels and dispatch's own annotations (so it passes the label and body-hash check). The open recorded its
@@ -445,9 +545,11 @@ def test_closing_a_session_whose_trainjob_was_made_again_leaves_the_strangers_al
     ours = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
     assert Session.objects.get(pk=name).trainjob_uid == ours["metadata"]["uid"]
     stranger = trainjob_made_again(kube, namespace, ours, runtime)
-    settings.SESSION_CLOSE_TIMEOUT_SECONDS = 0  # the stranger's pods carry the session's labels too
-    closed = api.delete(f"/api/v1/sessions/{name}").json()
+    # The stranger's pods carry the session's labels too, but they are its TrainJob's: the close does not
+    # wait for them.
+    closed = api.delete(f"/api/v1/sessions/{name}?wait=60").json()
     assert closed["state"] == "closed"
+    assert closed["warning"] == ""
     still = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
     assert still["metadata"]["uid"] == stranger["metadata"]["uid"]
     assert "deletionTimestamp" not in still["metadata"]

@@ -15,7 +15,15 @@ from kubernetes.client.exceptions import ApiException
 from cluster.errors import ClusterUnavailable, NotFound, Rejected
 from cluster.exec import PodInfo, parse_exec_status, translate_handshake
 from cluster.logs import EventRow
-from jobs.sessions.rules import command_argv, creation_failure, pick_trainer_pod, session_runtime_check
+from jobs.sessions.rules import (
+    Chain,
+    chained_pods,
+    command_argv,
+    creation_failure,
+    leftover_pods,
+    pick_trainer_pod,
+    session_runtime_check,
+)
 from runtimes.reasons import AllowListMiss
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "dispatch-kind.yaml"
@@ -106,6 +114,80 @@ def test_the_trainer_pod_is_the_first_index_and_not_one_being_deleted() -> None:
     first = _pod("s-node-0-0", "node")
     assert pick_trainer_pod([second, first], "node") == first
     assert pick_trainer_pod([second, _pod("s-node-0-0", "node", deleting=True)], "node") == second
+
+
+def _obj(uid: str, *owners: tuple[str, str, str]) -> dict[str, Any]:
+    """An object of this UID naming (kind, name, uid) owners."""
+    refs = [{"kind": k, "name": n, "uid": u, "controller": True} for k, n, u in owners]
+    return {"metadata": {"uid": uid, "ownerReferences": refs}}
+
+
+def _owned_pod(name: str, job_uid: str, kind: str = "Job") -> PodInfo:
+    return PodInfo(
+        name,
+        "ns",
+        "Running",
+        "node",
+        0,
+        0,
+        False,
+        ("node",),
+        {},
+        uid=f"pod-{name}",
+        owner_uid=job_uid,
+        owner_kind=kind,
+        owner_name="s-node-0" if job_uid else "",
+    )
+
+
+# The session "s": its TrainJob (uid tj), its JobSet (js, owned by tj), its Job (job, owned by js).
+OURS = {"jobsets": [_obj("js", ("TrainJob", "s", "tj"))], "jobs": [_obj("job", ("JobSet", "s", "js"))]}
+
+
+def test_only_pods_in_the_recorded_trainjobs_chain_are_the_sessions() -> None:
+    ours = _owned_pod("s-node-0-0", "job")
+    unowned = _owned_pod("a-stranger", "")  # the session's labels copied, no owner
+    by_replicaset = _owned_pod("b-stranger", "rs", kind="ReplicaSet")
+    chain = Chain.of(name="s", trainjob_uid="tj", **OURS)
+    assert chained_pods([unowned, by_replicaset, ours], chain) == [ours]
+    # Somebody's Job carrying the JobSet's name label, owned by a JobSet of another name or by nothing.
+    theirs = _owned_pod("c-stranger", "their-job")
+    for job in (_obj("their-job", ("JobSet", "other", "js")), _obj("their-job")):
+        chain = Chain.of(name="s", trainjob_uid="tj", jobsets=OURS["jobsets"], jobs=[*OURS["jobs"], job])
+        assert chained_pods([theirs, ours], chain) == [ours]
+    # The TrainJob made again under the name by somebody else: its JobSet and Job are not the session's.
+    again = Chain.of(
+        name="s",
+        trainjob_uid="tj",
+        jobsets=[_obj("js2", ("TrainJob", "s", "tj2"))],
+        jobs=[_obj("job2", ("JobSet", "s", "js2"))],
+    )
+    assert chained_pods([_owned_pod("s-node-0-0", "job2")], again) == []
+    # Every link must be there: a Job whose JobSet is gone, or no TrainJob UID known, is no trainer pod.
+    assert chained_pods([ours], Chain.of(name="s", trainjob_uid="tj", jobsets=[], jobs=OURS["jobs"])) == []
+    assert chained_pods([ours], Chain.of(name="s", trainjob_uid="", **OURS)) == []
+
+
+def test_closing_waits_for_the_sessions_pods_and_those_being_collected_but_not_for_strangers() -> None:
+    ours = _owned_pod("s-node-0-0", "job")
+    orphan = _owned_pod("s-node-0-1", "gone-job")  # its Job already deleted: the garbage collector takes it
+    unowned = _owned_pod("a-stranger", "")
+    theirs = _owned_pod("c-stranger", "their-job")
+    pods = [ours, orphan, unowned, theirs]
+    foreign = _obj("their-job", ("JobSet", "s", "js2"))
+    chain = Chain.of(
+        name="s",
+        trainjob_uid="tj",
+        jobsets=[*OURS["jobsets"], _obj("js2", ("TrainJob", "s", "tj2"))],
+        jobs=[*OURS["jobs"], foreign],
+    )
+    assert leftover_pods(pods, chain) == [ours, orphan]
+    # The JobSet already gone (deleted with the TrainJob): its Jobs' pods are still waited for.
+    gone = Chain.of(name="s", trainjob_uid="tj", jobsets=[], jobs=OURS["jobs"])
+    assert leftover_pods([ours, unowned], gone) == [ours]
+    # A Job owned by nothing is somebody's own.
+    lone = Chain.of(name="s", trainjob_uid="tj", jobsets=[], jobs=[_obj("their-job")])
+    assert leftover_pods([theirs], lone) == []
 
 
 @pytest.mark.parametrize(
