@@ -18,7 +18,7 @@ from dispatch_site.audit import audit_record
 from dispatch_site.causes import Cause
 from jobs import enqueue
 from jobs.logtail import execution_log_keep
-from jobs.models import ACTIVE_STATES, Execution, Job, JobState
+from jobs.models import ACTIVE_STATES, Execution, Job, JobState, PodTombstone
 from jobs.naming import KUEUE_QUEUE_LABEL, kueue_mark_key
 from jobs.objects import TRAINING_RUNTIME, TRAINJOB, is_ours
 from jobs.submission.claim import job_event, job_transition, start_may_still_create
@@ -195,6 +195,7 @@ def job_cancel(*, actor: Any, job: Job) -> Job:
             Execution.objects.filter(pk=execution.pk, state__in=ACTIVE_STATES).update(
                 state=JobState.CANCELLED, cause=Cause.CANCELLED, finished_at=now
             )
+            PodTombstone.objects.filter(execution_id=execution.pk).delete()  # no cycle will use them now
             # The claim stays: a start delivery holding it may have a create in flight, and the delete
             # records the objects removed only once that delivery released it or its lease ran out.
             Execution.objects.filter(pk=execution.pk).update(delete_requested_at=now, objects_removed_at=None)

@@ -116,7 +116,7 @@ def apply_status(
             or execution.state not in SUPERVISED
             or job.current_attempt != execution.attempt
         ):
-            consume_tombstones(used)
+            PodTombstone.objects.filter(execution_id=execution.pk).delete()  # no cycle will use them
             return False, False  # cancelled, or already finished by another supervisor
         if execution.observed_at is not None and observed_at < execution.observed_at:
             return False, True  # a newer observation was written meanwhile: this one would go back
@@ -238,12 +238,18 @@ def apply_status(
             # this transaction.
             for event in events:
                 post_save.send(JobEvent, instance=event, created=True, raw=False, using=event._state.db)
-        consume_tombstones(used)
+        supervised = not status.terminal and not (decision is not None and decision.retry)
+        if supervised:
+            consume_tombstones(used)
+        else:
+            # Leaving supervision: no cycle reads this execution again, so none of its tombstones (some may
+            # have been written after this cycle read them) would ever be used.
+            PodTombstone.objects.filter(execution_id=execution.pk).delete()
         if delete:
             transaction.on_commit(enqueue.on_commit_send(enqueue.EXECUTION_DELETE, execution_id), robust=True)
     if not changed:
         return False, True
-    return True, not status.terminal and not (decision is not None and decision.retry)
+    return True, supervised
 
 
 def _new_event(job_id: str, attempt: int | None, kind: str, message: str, **fields: Any) -> JobEvent:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -173,10 +174,7 @@ class CacheSource:
             dead, self._dead = self._dead, []
         if dead:
             try:
-                PodTombstone.objects.bulk_create(
-                    [PodTombstone(execution_id=pk, pod_uid=uid_of(pod)[:64], pod=pod) for pk, pod in dead],
-                    ignore_conflicts=True,
-                )
+                _keep_tombstones(dead)
             except Exception:
                 # The database did not take them (a restart, say): they are the only record of how those pods
                 # ended, so they wait for the next cycle instead of being dropped.
@@ -578,3 +576,26 @@ def _unique(groups: Iterable[list[Any]]) -> list[Any]:
                 seen.add(uid)
                 out.append(obj)
     return out
+
+
+def _keep_tombstones(dead: Sequence[tuple[int, dict[str, Any]]]) -> None:
+    """Write the tombstones of executions still supervised; those of an execution whose status left
+    supervision (finished, retried, cancelled) are dropped, since no cycle would ever use them. The
+    executions' rows are locked (in primary-key order) while the rows go in, so a status write that ends an
+    execution (it locks the row and deletes its tombstones) comes wholly before or wholly after: no tombstone
+    outlives its execution's supervision."""
+    with transaction.atomic():
+        live = set(
+            Execution.objects.select_for_update(no_key=True)
+            .filter(pk__in={pk for pk, _ in dead}, state__in=SUPERVISED)
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+        PodTombstone.objects.bulk_create(
+            [
+                PodTombstone(execution_id=pk, pod_uid=uid_of(pod)[:64], pod=pod)
+                for pk, pod in dead
+                if pk in live
+            ],
+            ignore_conflicts=True,
+        )

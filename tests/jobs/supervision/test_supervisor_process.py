@@ -146,3 +146,67 @@ def test_tombstones_the_database_did_not_take_wait_for_the_next_cycle(
     monkeypatch.setattr(PodTombstone.objects, "bulk_create", real)
     source.flush()
     assert list(PodTombstone.objects.values_list("execution_id", "pod_uid")) == [(execution.pk, "u-1")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tombstone_written_while_its_execution_finishes_does_not_outlive_it(
+    plain_user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One supervisor writes an execution's final status while the other's watch writes the tombstone of one
+    of its pods. No cycle reads a finished execution again, so a tombstone written after that status would
+    stay forever (the rollout test above found one left under load). The tombstone write waits for the
+    status write's row lock and then drops it; one written later still is dropped too. The status write is
+    held open between its locks and its commit by a slowed step (a pause PostgreSQL cannot produce on
+    demand), so the two really overlap."""
+    import threading
+
+    from django.db import connection
+
+    from jobs.supervision import apply
+    from jobs.supervision.status import DerivedStatus
+    from tests.jobs.dashboard.test_job_pages import make_job
+
+    job = make_job(plain_user[0])
+    execution = Execution.objects.get(job=job, attempt=1)
+    locked, release = threading.Event(), threading.Event()
+    real = apply._finding_events
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        locked.set()  # the job's and the execution's rows are locked by now
+        release.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(apply, "_finding_events", held)
+    written: list[tuple[bool, bool]] = []
+
+    def finish() -> None:
+        try:
+            status = DerivedStatus(state=JobState.SUCCEEDED, message="every rank completed")
+            written.append(apply.apply_status(execution_id=execution.pk, status=status, job_id=job.id))
+        finally:
+            connection.close()
+
+    def flush(source: CacheSource) -> None:
+        try:
+            source.flush()
+        finally:
+            connection.close()
+
+    status_write = threading.Thread(target=finish)
+    status_write.start()
+    assert locked.wait(10), "the status write never took its locks"
+    source = CacheSource()
+    source._dead.append((execution.pk, {"kind": "Pod", "metadata": {"uid": "u-1", "name": "p-1"}}))
+    tombstone_write = threading.Thread(target=flush, args=(source,))
+    tombstone_write.start()
+    tombstone_write.join(0.5)
+    assert tombstone_write.is_alive(), "the tombstone write did not wait for the execution's row"
+    release.set()
+    status_write.join(10)
+    tombstone_write.join(10)
+    assert written == [(True, False)]  # succeeded: no longer supervised
+    assert Execution.objects.get(pk=execution.pk).state == JobState.SUCCEEDED
+    assert not PodTombstone.objects.exists()
+    source._dead.append((execution.pk, {"kind": "Pod", "metadata": {"uid": "u-2", "name": "p-2"}}))
+    source.flush()
+    assert not PodTombstone.objects.exists()
