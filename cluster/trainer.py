@@ -8,7 +8,7 @@ from typing import Any
 
 from kubernetes import client
 
-from cluster.calls import call_api, custom, target
+from cluster.calls import call_api, call_json, custom, target
 from cluster.errors import NotFound
 from dispatch_site.readcache import ReadCache
 
@@ -91,14 +91,7 @@ def forget_cached_runtimes() -> None:
 def _read_runtime(kind: str, namespace: str, name: str) -> RuntimeObject | None:
     if kind == "ClusterTrainingRuntime":
         try:
-            body = call_api(
-                target(kind, "", name),
-                custom().get_cluster_custom_object,
-                TRAINER_GROUP,
-                TRAINER_VERSION,
-                PLURALS[kind],
-                name,
-            )
+            body = call_json(target(kind, "", name), ("get", kind), "GET", f"{_BASE}/{PLURALS[kind]}/{name}")
         except NotFound:
             return None
     else:
@@ -111,31 +104,25 @@ def _read_runtime(kind: str, namespace: str, name: str) -> RuntimeObject | None:
 # ---------------------------------------------------------------- namespaced trainer objects
 
 
+_BASE = f"/apis/{TRAINER_GROUP}/{TRAINER_VERSION}"
+
+
+def _path(kind: str, namespace: str, name: str = "") -> str:
+    path = f"{_BASE}/namespaces/{namespace}/{PLURALS[kind]}"
+    return f"{path}/{name}" if name else path
+
+
 def create_namespaced(kind: str, body: dict[str, Any]) -> dict[str, Any]:
     meta = body["metadata"]
     what = target(kind, meta["namespace"], meta["name"])
-    created: dict[str, Any] = call_api(
-        what,
-        custom().create_namespaced_custom_object,
-        TRAINER_GROUP,
-        TRAINER_VERSION,
-        meta["namespace"],
-        PLURALS[kind],
-        body,
-    )
+    created: dict[str, Any] = call_json(what, ("create", kind), "POST", _path(kind, meta["namespace"]), body)
     return created
 
 
 def get_namespaced(kind: str, namespace: str, name: str) -> dict[str, Any] | None:
     try:
-        body: dict[str, Any] = call_api(
-            target(kind, namespace, name),
-            custom().get_namespaced_custom_object,
-            TRAINER_GROUP,
-            TRAINER_VERSION,
-            namespace,
-            PLURALS[kind],
-            name,
+        body: dict[str, Any] = call_json(
+            target(kind, namespace, name), ("get", kind), "GET", _path(kind, namespace, name)
         )
     except NotFound:
         return None
@@ -143,15 +130,13 @@ def get_namespaced(kind: str, namespace: str, name: str) -> dict[str, Any] | Non
 
 
 def patch_namespaced(kind: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-    body: dict[str, Any] = call_api(
+    body: dict[str, Any] = call_json(
         target(kind, namespace, name),
-        custom().patch_namespaced_custom_object,
-        TRAINER_GROUP,
-        TRAINER_VERSION,
-        namespace,
-        PLURALS[kind],
-        name,
+        ("patch", kind),
+        "PATCH",
+        _path(kind, namespace, name),
         patch,
+        content_type="application/merge-patch+json",
     )
     return body
 
