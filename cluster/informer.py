@@ -88,6 +88,7 @@ class Informer:
         indexers: Mapping[str, Indexer] | None = None,
         on_change: OnChange | None = None,
         on_delete: OnDelete | None = None,
+        on_synced: Callable[[], None] | None = None,
         relist_seconds: float = RELIST_SECONDS,
         watch_seconds: int = WATCH_SECONDS,
     ) -> None:
@@ -100,6 +101,7 @@ class Informer:
         self._indexers = dict(indexers or {})
         self._on_change = on_change
         self._on_delete = on_delete
+        self._on_synced = on_synced
         self.relist_seconds = relist_seconds
         self.watch_seconds = watch_seconds
         self._lock = threading.RLock()
@@ -250,8 +252,14 @@ class Informer:
         self._version = listed.resource_version
         self._listed_at = time.monotonic()
         self.error = ""
+        first = not self.synced.is_set()
         self.synced.set()
         self._report(changes)
+        if first and self._on_synced is not None and not self._stop.is_set():
+            try:
+                self._on_synced()
+            except Exception:
+                logger.exception("informer %s: on_synced failed", self.name)
 
     def _relist(self) -> None:
         """The periodic re-list, beside the watch: objects the watch touched meanwhile keep its word."""

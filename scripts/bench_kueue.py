@@ -110,7 +110,12 @@ def _round(
             raise RuntimeError(f"POST /api/v1/jobs: {status} {body}")
         job_id = str(body["id"])
         subject = f"{job_id}-1"
+        observing = time.monotonic()
         api.wait_observed(job_id)
+        log(
+            f"round {number} dispatch: job {job_id} queued and observed by supervision after "
+            f"{time.monotonic() - observing:.2f} s"
+        )
     watches.wait(f"{subject}'s Workload pending", lambda: watches.workload_state(subject, began, pending))
     if api is not None and job_id:
         state = api.state(job_id)

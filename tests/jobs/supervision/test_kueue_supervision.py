@@ -585,3 +585,74 @@ def test_without_kueue_the_workload_list_is_one_404_remembered_and_supervision_g
         assert listed == [namespace], listed  # one 404, remembered
     finally:
         cluster_kueue.presence.forget()
+
+
+def test_a_queued_job_skipped_while_its_namespace_lists_is_judged_once_the_lists_are_in(
+    kube: Kube,
+    kueue_queue: KueueQueue,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """A cycle of `manage.py supervise` skips the executions of a namespace whose informers have not all
+    listed yet. A skipped execution used to leave the cycle's due set, and a queued job changes nothing by
+    itself: when the last list to come in (here the Events') brought nothing of it, it waited for the full
+    re-read (60 s). The Kueue bench's job took 17 s to be observed on an idle machine and over 60 s under
+    load. Now it stays due, and an informer's first list wakes the supervisor. The job asks more GPUs than
+    its queue has, so Kueue never admits it: nothing of it changes. The Events' first list is held back
+    until released and brings nothing (a slow list the API server does not produce on demand); every other
+    list is real."""
+    import threading
+
+    from cluster import gateway
+    from cluster.informer import Informer
+    from jobs.supervision.cache import CacheSource
+
+    released = threading.Event()
+
+    class EventsListLate(Informer):
+        def _list(self) -> None:
+            if self.resource is not gateway.EVENTS or self.synced.is_set():
+                super()._list()
+                return
+            released.wait(30)
+            keep, self._keep = self._keep, lambda event: False
+            try:
+                super()._list()
+            finally:
+                self._keep = keep
+
+    two_gpus = {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}
+    job_id = submit_job(
+        submitter[1],
+        queue_job_body(kueue_queue, resources_per_node=two_gpus),
+        django_capture_on_commit_callbacks,
+    )
+    execution = Execution.objects.get(job_id=job_id, attempt=1)
+    trainjob = get_trainjob(kube, kueue_queue.namespace, execution.trainjob_name)
+    wait_workload(
+        kube,
+        trainjob,
+        lambda w: ("QuotaReserved", "False") in [c[:2] for c in conditions_summary(w)],
+        "pending",
+    )
+    source = CacheSource(informer=EventsListLate)
+    try:
+        source.prepare()  # tracks the job's execution: its namespace's informers start listing
+        informers = source._namespaces[kueue_queue.namespace].informers
+        wait_for(
+            "every list but the Events'",
+            lambda: all(i.synced.is_set() for (kind, _), i in informers.items() if kind != "Event"),
+        )
+        cycle.supervise(source=source)
+        execution.refresh_from_db()
+        assert execution.observed_at is None  # skipped: its namespace was still listing
+        source.wake.clear()
+        released.set()
+        assert source.wait(10), "the Events' first list did not wake the supervisor"
+        cycle.supervise(source=source)
+        execution.refresh_from_db()
+        assert execution.observed_at is not None
+        assert Job.objects.get(pk=job_id).state == "queued"
+    finally:
+        released.set()
+        source.close()
