@@ -596,15 +596,16 @@ def _unique(groups: Iterable[list[Any]]) -> list[Any]:
 
 
 def _keep_tombstones(dead: Sequence[tuple[int, dict[str, Any]]]) -> None:
-    """Write the tombstones of executions still supervised; those of an execution whose status left
-    supervision (finished, retried, cancelled) are dropped, since no cycle would ever use them. The
+    """Write the tombstones of executions still supervised, or being started (a rank can go between the
+    TrainJob's create and the start's record); those of an execution whose status left supervision
+    (finished, retried, cancelled) are dropped, since no cycle would ever use them. The
     executions' rows are locked (in primary-key order) while the rows go in, so a status write that ends an
     execution (it locks the row and deletes its tombstones) comes wholly before or wholly after: no tombstone
     outlives its execution's supervision."""
     with transaction.atomic():
         live = set(
             Execution.objects.select_for_update(no_key=True)
-            .filter(pk__in={pk for pk, _ in dead}, state__in=SUPERVISED)
+            .filter(pk__in={pk for pk, _ in dead}, state__in=[*SUPERVISED, JobState.PENDING])
             .order_by("pk")
             .values_list("pk", flat=True)
         )

@@ -18,7 +18,7 @@ from django.contrib.auth.models import User
 
 from cluster import gateway
 from cluster import kueue as cluster_kueue
-from jobs.models import Execution, Job, JobState
+from jobs.models import Execution, Job, JobState, PodTombstone
 from jobs.supervision.cache import CacheSource
 from tests.jobs.supervision.support import _evict, _post, api, pods_of, running_pods, wait_job, watching
 from tests.support.dispatch import wait_for
@@ -134,6 +134,13 @@ def test_a_pod_evicted_before_its_start_was_recorded_still_reads_evicted(
                 lambda: victim.metadata.uid not in {p.metadata.uid for p in pods_of(kube, namespace, job.id)},
                 timeout=30,
                 what="the evicted pod gone",
+            )
+            # Its tombstone is written while the start is still held (the execution pending): a flush that
+            # kept only supervised executions' tombstones dropped it.
+            wait_for(
+                lambda: PodTombstone.objects.filter(execution__job=job, pod_uid=victim.metadata.uid).exists(),
+                timeout=30,
+                what="the evicted pod's tombstone written while its start is held",
             )
             assert Execution.objects.get(job=job, attempt=1).submitted_at is None  # ... and it went meanwhile
         finally:
