@@ -166,6 +166,35 @@ def server_version() -> str:
     return str(info.git_version)
 
 
+def raw_request(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: list[tuple[str, Any]] | None = None,
+    body: Any = None,
+    content_type: str = "application/json",
+    timeout: Any = None,
+) -> Any:
+    """`method` path?query through the ApiClient (its authentication and connection pool), `body` sent as
+    JSON; the answer not read yet (a urllib3 HTTPResponse). A non-2xx answer raises ApiException."""
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = content_type
+    verb, url, headers, _, post = api.param_serialize(
+        method=method,
+        resource_path=path,
+        query_params=query or [],
+        header_params=headers,
+        auth_settings=["BearerToken"],
+    )
+    response = api.call_api(verb, url, headers, body, post, _request_timeout=timeout)
+    if not 200 <= response.status <= 299:
+        response.read()
+        raise ApiException.from_response(http_resp=response, body=None, data=None)
+    return response.response
+
+
 def call_json(
     what: str,
     labels: tuple[str, str],
@@ -182,18 +211,10 @@ def call_json(
     less CPU this way (of 7.5-8.8 ms, in process). The same timeout, authentication and error mapping as
     every other call."""
     requests_made.add()
-    api = api_client()
-    headers = {"Accept": "application/json"}
-    if body is not None:
-        headers["Content-Type"] = content_type
     with counted(*labels), calling(what):
-        verb, url, headers, _, post = api.param_serialize(
-            method=method, resource_path=path, header_params=headers, auth_settings=["BearerToken"]
-        )
-        response = api.call_api(verb, url, headers, body, post, _request_timeout=request_timeout())
-        data = response.read()
-        if not 200 <= response.status <= 299:
-            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        data = raw_request(
+            api_client(), method, path, body=body, content_type=content_type, timeout=request_timeout()
+        ).data
     try:
         return json.loads(data)
     except ValueError as exc:

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from cluster.calls import call_api, calling, counted, requests_made, target
+from cluster.calls import call_api, calling, counted, raw_request, requests_made, target
 from cluster.client import api_client, request_timeout
 from cluster.errors import ClusterUnavailable, Expired, NotFound, Rejected
 from cluster.trainer import JOBSET_GROUP, JOBSET_VERSION, TRAINER_GROUP, TRAINER_VERSION
@@ -104,22 +103,6 @@ class Traffic:
 traffic = Traffic()
 
 
-def _raw_get(api: client.ApiClient, path: str, query: list[tuple[str, Any]], timeout: Any) -> Any:
-    """GET path?query, its answer not read yet (a urllib3 HTTPResponse); non-2xx raises ApiException."""
-    params = api.param_serialize(
-        method="GET",
-        resource_path=path,
-        query_params=query,
-        header_params={"Accept": "application/json"},
-        auth_settings=["BearerToken"],
-    )
-    response = api.call_api(*params, _request_timeout=timeout)
-    if not 200 <= response.status <= 299:
-        response.read()
-        raise ApiException.from_response(http_resp=response, body=None, data=None)
-    return response.response
-
-
 def _selectors(label_selector: str, field_selector: str) -> list[tuple[str, Any]]:
     query: list[tuple[str, Any]] = []
     if label_selector:
@@ -159,7 +142,9 @@ def list_objects(
             query.append(("continue", token))
         requests_made.add()
         with counted("list", resource.kind), calling(what):
-            response = _raw_get(api, resource.path(namespace), query, request_timeout())
+            response = raw_request(
+                api, "GET", resource.path(namespace), query=query, timeout=request_timeout()
+            )
             data = response.data
         traffic.add("list", len(data))
         try:
@@ -263,7 +248,9 @@ def open_watch(
     traffic.add("watch")
     timeout = (request_timeout()[0], timeout_seconds + 30)
     with counted("watch", resource.kind), calling(what):
-        response = _raw_get(api or api_client(), resource.path(namespace), query, timeout)
+        response = raw_request(
+            api or api_client(), "GET", resource.path(namespace), query=query, timeout=timeout
+        )
     return WatchStream(what, response, resource.kind)
 
 
@@ -281,7 +268,7 @@ def _read_node(name: str) -> dict[str, Any] | None:
     requests_made.add()
     try:
         with counted("get", "Node"), calling(what):
-            data = _raw_get(api_client(), NODES.path(name=name), [], request_timeout()).data
+            data = raw_request(api_client(), "GET", NODES.path(name=name), timeout=request_timeout()).data
     except NotFound:
         traffic.add("get")
         return None

@@ -53,6 +53,10 @@ logger = logging.getLogger(__name__)
 
 RESYNC_SECONDS = 60.0
 FINISHED_FORGET_SECONDS = 3600.0
+# The states of an execution whose pods' tombstones a cycle may still use: supervised, or being started (a
+# rank can go between the TrainJob's create and the start's record). The watch writes tombstones only for
+# these, and the full re-read deletes those of any other.
+TOMBSTONE_STATES = frozenset({*SUPERVISED, JobState.PENDING})
 
 
 # ---------------------------------------------------------------- tracking executions
@@ -326,7 +330,7 @@ class CacheSource:
             self._resynced_at = time.monotonic()
             self._forget_finished()
             self._stop_unused()
-            PodTombstone.objects.exclude(execution__state__in=[*SUPERVISED, JobState.PENDING]).delete()
+            PodTombstone.objects.exclude(execution__state__in=TOMBSTONE_STATES).delete()
         return full
 
     def _settle_unknown(self) -> None:
@@ -605,7 +609,7 @@ def _keep_tombstones(dead: Sequence[tuple[int, dict[str, Any]]]) -> None:
     with transaction.atomic():
         live = set(
             Execution.objects.select_for_update(no_key=True)
-            .filter(pk__in={pk for pk, _ in dead}, state__in=[*SUPERVISED, JobState.PENDING])
+            .filter(pk__in={pk for pk, _ in dead}, state__in=TOMBSTONE_STATES)
             .order_by("pk")
             .values_list("pk", flat=True)
         )

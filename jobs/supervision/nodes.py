@@ -37,9 +37,9 @@ def needs_nodes(
     for obj in objects:
         if obj.get("kind") != "Pod":
             continue
-        present.add(str((obj.get("metadata") or {}).get("uid") or ""))
-        names.add(str((obj.get("spec") or {}).get("nodeName") or ""))
         meta = obj.get("metadata") or {}
+        present.add(str(meta.get("uid") or ""))
+        names.add(str((obj.get("spec") or {}).get("nodeName") or ""))
         conditions = (obj.get("status") or {}).get("conditions") or []
         if meta.get("deletionTimestamp") or any(c.get("type") == "DisruptionTarget" for c in conditions):
             needed = True

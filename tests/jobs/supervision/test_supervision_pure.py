@@ -481,19 +481,23 @@ def _trainjob(uid: str) -> dict[str, Any]:
     return {"kind": "TrainJob", "metadata": {"namespace": NS, "name": NAME, "uid": uid, "labels": LABELS}}
 
 
-def test_a_trainjob_under_the_jobs_name_and_labels_with_another_uid_is_a_strangers() -> None:
-    """The TrainJob was deleted outside dispatch and another made under its name and labels: it is not the
-    execution's (whose TrainJob is gone) but a stranger's, named as one. A row without a recorded UID (from
-    before the field) goes by name and label, as before."""
-    source = StaticIndex([_trainjob("uid-theirs")], ["dispatch.dev"])
-    ours = Watched(
+def _watched(trainjob_uid: str) -> Watched:
+    return Watched(
         key=(JOB, 1),
         namespace=NS,
         trainjob_name=NAME,
         memory={},
         identity_warned=False,
-        trainjob_uid="uid-ours",
+        trainjob_uid=trainjob_uid,
     )
+
+
+def test_a_trainjob_under_the_jobs_name_and_labels_with_another_uid_is_a_strangers() -> None:
+    """The TrainJob was deleted outside dispatch and another made under its name and labels: it is not the
+    execution's (whose TrainJob is gone) but a stranger's, named as one. A row without a recorded UID (from
+    before the field) goes by name and label, as before."""
+    source = StaticIndex([_trainjob("uid-theirs")], ["dispatch.dev"])
+    ours = _watched("uid-ours")
     grouped = owned_objects(source, ours)
     assert grouped.objects == []
     assert [w["object"] for w in grouped.strangers] == [f"TrainJob {NS}/{NAME}"]
@@ -525,15 +529,7 @@ def test_a_trainjob_the_api_server_has_under_another_uid_confirms_the_jobs_is_go
 
     def unconfirmed(recorded: str, served: str) -> bool:
         answer[:] = [served]
-        item = Watched(
-            key=(JOB, 1),
-            namespace=NS,
-            trainjob_name=NAME,
-            memory={},
-            identity_warned=False,
-            trainjob_uid=recorded,
-        )
-        return (JOB, 1) in cycle._gone_unconfirmed(gone, [item])
+        return (JOB, 1) in cycle._gone_unconfirmed(gone, [_watched(recorded)])
 
     assert not unconfirmed("uid-ours", "theirs")
     assert unconfirmed("uid-ours", "ours")
