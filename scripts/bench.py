@@ -41,8 +41,6 @@ from scripts.bench_common import (
     BENCH_REDIS_DB,
     CONNECTIONS,
     DURATION,
-    GUNICORN_THREADS,
-    GUNICORN_WORKERS,
     PY,
     REPO,
     ROUNDS,
@@ -55,6 +53,8 @@ from scripts.bench_common import (
     server_env,
     setup_django,
     wait_http,
+    web_log,
+    web_shape,
     wrk,
 )
 
@@ -70,9 +70,11 @@ def server_bench() -> list[dict[str, Any]]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
-        gunicorn_command(port, GUNICORN_WORKERS, GUNICORN_THREADS),
+        gunicorn_command(port),
         cwd=REPO,
         env=os.environ | env,
+        stdout=web_log("plan"),
+        stderr=subprocess.STDOUT,
     )
     rows = []
     try:
@@ -85,7 +87,7 @@ def server_bench() -> list[dict[str, Any]]:
             "env": {"LEARNING_RATE": "0.1"},
         }
         log(
-            f"gunicorn with {GUNICORN_WORKERS} workers on {base}; "
+            f"gunicorn as make up runs it (dispatch_site/gunicorn.conf.py) on {base}; "
             f"wrk {CONNECTIONS} connections, {DURATION} each"
         )
         wrk(f"{base}/api/v1/me", token)  # warm-up: imports, connections, the runtime read
@@ -184,7 +186,7 @@ def main() -> None:
     plan = by_name["POST /api/v1/plan"]
     lines += ["", "## One server, side by side (wrk)", ""]
     lines += [
-        f"gunicorn: {GUNICORN_WORKERS} sync workers x {GUNICORN_THREADS} thread; "
+        f"gunicorn as `make up` runs it ({web_shape()}); "
         f"wrk: {CONNECTIONS} connections, {DURATION} per measurement, "
         f"{ROUNDS} interleaved rounds (the best round of each endpoint counts)",
         "",

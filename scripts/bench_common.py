@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -21,10 +21,7 @@ from dispatch_site.worker_command import worker_command  # noqa: E402 - after th
 PY = Path(sys.executable)
 DURATION = os.environ.get("BENCH_DURATION", "10s")
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "8"))
-# One sync worker per core measured best here (more workers or threads only contend for the 2 cores).
-GUNICORN_WORKERS = int(os.environ.get("BENCH_WORKERS", str(os.cpu_count() or 2)))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
-GUNICORN_THREADS = int(os.environ.get("BENCH_THREADS", "1"))
 BENCH_REDIS_DB = 2  # the bench's own Redis database, flushed afterwards
 BENCH_NAMESPACE = "bench"
 BENCH_STARTS_NAMESPACE = "bench-starts"  # scripts/bench_starts.py: where the worker starts the bench's jobs
@@ -174,19 +171,37 @@ def server_env(
     }
 
 
-def gunicorn_command(port: int, workers: int, threads: int | None = None) -> list[str]:
-    """gunicorn serving dispatch on 127.0.0.1:`port` (sync workers; `threads` each when given)."""
+def gunicorn_command(port: int, workers: int | None = None, threads: int | None = None) -> list[str]:
+    """gunicorn serving dispatch on 127.0.0.1:`port` as `make up` and the Deployment run it: the one web
+    server configuration (dispatch_site/gunicorn.conf.py: threaded workers, WEB_WORKERS x WEB_THREADS,
+    keep-alive, the access log on stdout). `workers` and `threads` override it where a bench says why."""
     return [
         str(PY.parent / "gunicorn"),
-        "dispatch_site.wsgi:application",
+        "-c",
+        str(REPO / "dispatch_site" / "gunicorn.conf.py"),
         "--bind",
         f"127.0.0.1:{port}",
-        "--workers",
-        str(workers),
+        *(["--workers", str(workers)] if workers is not None else []),
         *(["--threads", str(threads)] if threads is not None else []),
         "--log-level",
         "warning",
     ]
+
+
+def web_shape() -> str:
+    """The web server's processes x threads, as gunicorn_command runs it (the environment's WEB_WORKERS and
+    WEB_THREADS, else the defaults)."""
+    from dispatch_site.config import load_config
+
+    config = load_config({**os.environ, "SECRET_KEY": BENCH_SECRET_KEY, "DEBUG": "false"})
+    return f"{config.web_workers} processes x {config.web_threads} threads, gthread"
+
+
+def web_log(name: str) -> IO[bytes]:
+    """Where a bench's gunicorn writes its access log (stdout, as in `make up`): var/bench/<name>-web.log."""
+    path = REPO / "var" / "bench" / f"{name}-web.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.open("wb")
 
 
 def celery_worker_command(concurrency: int, name: str, prefetch: str = "") -> list[str]:

@@ -133,7 +133,7 @@ def supervisor_main(fault: str) -> None:
 
 
 def start_processes(env: dict[str, str], log: Path, port: int) -> list[subprocess.Popen[bytes]]:
-    """gunicorn (one sync worker), a Celery worker (threads) and the supervisor, all on `env`."""
+    """gunicorn (one threaded worker process), a Celery worker (threads) and the supervisor, all on `env`."""
     out = log.open("ab")
     commands = [
         gunicorn_command(port, workers=1),

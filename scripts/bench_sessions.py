@@ -291,17 +291,12 @@ def main() -> None:
     token = bench.setup_django(env)
     port = bench.free_port()
     base = f"http://127.0.0.1:{port}"
-    command = [
-        str(bench.PY.parent / "gunicorn"),
-        "dispatch_site.wsgi:application",
-        "--bind",
-        f"127.0.0.1:{port}",
-    ]
-    command += ["--workers", str(bench.GUNICORN_WORKERS), "--log-level", "warning"]
-    server = subprocess.Popen(
-        command,
+    server = subprocess.Popen(  # as `make up` runs it (dispatch_site/gunicorn.conf.py)
+        bench.gunicorn_command(port),
         cwd=bench.REPO,
         env=os.environ | env,
+        stdout=bench.web_log("sessions"),
+        stderr=subprocess.STDOUT,
     )
     try:
         bench.wait_http(f"{base}/healthz")

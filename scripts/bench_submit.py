@@ -6,7 +6,8 @@ on the shared test one); prints one JSON object on stdout.
 
 - PostgreSQL: the bench's own instance with PostgreSQL's durable defaults (scripts/bench_pg.py), so every
   accepted job's commit waits for its WAL flush.
-- One gunicorn server (the workers `make up` runs: 2 x nproc + 1 sync workers), wrk, CONNECTIONS connections;
+- One gunicorn server as `make up` and the Deployment run it (dispatch_site/gunicorn.conf.py: threaded
+  workers, keep-alive), wrk, CONNECTIONS connections;
   ROUNDS short rounds interleaved: GET /api/v1/me, then POST /api/v1/jobs (answered 202), ... Each round's
   pair gives a ratio (submissions/s over the trivial requests/s measured just before); the median over the
   rounds is the figure, so a busy moment of the machine moves one pair, not the result. A round counts only
@@ -41,14 +42,12 @@ from scripts.bench_common import (
     server_env,
     setup_django,
     wait_http,
+    web_log,
+    web_shape,
     wrk,
 )
 from scripts.bench_pg import durable_postgres
 
-# The web workers `make up` runs (scripts/up): (2 x cores) + 1 sync workers, so a worker waiting on
-# PostgreSQL (a commit's WAL flush) or Redis leaves no core idle (3 workers here: 291 submissions/s at best
-# against 376 with 5, GET /api/v1/me about the same).
-WEB_WORKERS = int(os.environ.get("BENCH_SUBMIT_WORKERS", str(2 * (os.cpu_count() or 2) + 1)))
 QUEUE = "celery"  # the Redis list Celery's default queue is
 ROUNDS = int(os.environ.get("BENCH_SUBMIT_ROUNDS", "5"))
 DURATION = os.environ.get("BENCH_SUBMIT_DURATION", "5s")
@@ -117,9 +116,11 @@ def run() -> dict[str, Any]:
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         server = subprocess.Popen(
-            gunicorn_command(port, WEB_WORKERS),
+            gunicorn_command(port),
             cwd=REPO,
             env=os.environ | env,
+            stdout=web_log("submit"),
+            stderr=subprocess.STDOUT,
         )
         body = {
             "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
@@ -132,7 +133,7 @@ def run() -> dict[str, Any]:
         try:
             wait_http(f"{base}/healthz")
             broker.flushdb()
-            log(f"submissions, durable PostgreSQL: gunicorn {WEB_WORKERS} workers, {CONNECTIONS} connections")
+            log(f"submissions, durable PostgreSQL: gunicorn {web_shape()}, {CONNECTIONS} connections")
             wrk(f"{base}/api/v1/me", token)  # warm-up: imports, connections
             wrk(f"{base}/api/v1/jobs", token, body)  # warm-up: the runtime read, the producer's connection
             postmaster = int((Path(durability["data"]) / "postmaster.pid").read_text().split()[0])
@@ -175,7 +176,7 @@ def run() -> dict[str, Any]:
     return {
         "rows": rows,
         "durability": durability,
-        "workers": WEB_WORKERS,
+        "web": web_shape(),
         "me": max(r["rps"] for r in rows if r["name"] == "me"),
         "accepted": max((r["rps"] for r in rows if r["name"] == "jobs" and r["ratio"]), default=0.0),
         "ratio": statistics.median(ratios),
@@ -188,7 +189,7 @@ def report_lines(result: dict[str, Any]) -> list[str]:
         "",
         "## Submissions / a trivial authenticated request, durable PostgreSQL (target >= 0.6)",
         "",
-        f"The bench's own PostgreSQL ({settings}); gunicorn {result['workers']} sync workers; wrk "
+        f"The bench's own PostgreSQL ({settings}); gunicorn as `make up` runs it ({result['web']}); wrk "
         f"{CONNECTIONS} connections, {DURATION} per measurement; no worker runs: every accepted job's start "
         "message waits in Redis, and those are counted against the jobs recorded.",
         "",
