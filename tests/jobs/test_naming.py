@@ -28,6 +28,16 @@ def test_new_job_id_is_j_plus_ten_base32_chars_and_random() -> None:
         assert is_job_id(job_id)
 
 
+def test_every_character_of_a_job_id_takes_all_32_values() -> None:
+    # 50 random bits, five to a character: a character fed fewer bits (or the same bits twice) would take
+    # fewer values, and ids would collide sooner than 2**50 promises.
+    ids = [new_job_id() for _ in range(3000)]
+    for position in range(1, 11):
+        assert len({job_id[position] for job_id in ids}) == 32, position
+    pairs = {(job_id[1], job_id[10]) for job_id in ids}
+    assert len(pairs) > 900  # of 1024: the first and last characters are independent
+
+
 @pytest.mark.parametrize(
     "value", ["", "j", "jabcdefghi", "jabcdefghij2", "Jabcdefghij", "jabcdefgh1j", "xabcdefghij"]
 )
