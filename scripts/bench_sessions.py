@@ -280,14 +280,9 @@ def main() -> None:
     from scripts import bench_common as bench
 
     kubeconfig = bench.cluster_kubeconfig()
-    env = {
-        "DATABASE_URL": os.environ.get(
-            "DATABASE_URL", "postgres://dispatch:dispatch@127.0.0.1:25432/dispatch"
-        ),
-        "REDIS_URL": bench.redis_url(),
-        "KUBECONFIG": kubeconfig,
-        "LOG_LEVEL": "WARNING",
-    }
+    # The environment make bench's server has (DEBUG off, as in production: no per-query log).
+    database_url = os.environ.get("DATABASE_URL", "postgres://dispatch:dispatch@127.0.0.1:25432/dispatch")
+    env = bench.server_env(database_url, kubeconfig)
     token = bench.setup_django(env)
     port = bench.free_port()
     base = f"http://127.0.0.1:{port}"
