@@ -15,25 +15,14 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jobs import enqueue
-from tests.client.conftest import BIN, REPO, database_url, free_port
+from tests.client.conftest import BIN, REPO, database_url
 from tests.support.redis_server import RedisServer, wait_for
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(free_port(), tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop(signal.SIGKILL)
 
 
 def _send(server: RedisServer, name: str, **options: Any) -> str:
