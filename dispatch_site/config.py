@@ -160,7 +160,29 @@ def _parse_database(url: str) -> dict[str, Any]:
         database["OPTIONS"] = SQLITE_OPTIONS
     elif not database.get("NAME"):
         raise ConfigError(f"DATABASE_URL={url!r} names no database")
+    else:
+        options = database.get("OPTIONS", {})
+        database["OPTIONS"] = {**options, **_prepare_threshold(url, options)}
     return database
+
+
+# How many times a PostgreSQL connection runs one of dispatch's written-out hot statements (dispatch_site.sql:
+# a start's claim, fences and record, the grant check) before psycopg prepares it: psycopg's own default.
+# Django's ORM queries are never prepared (Django binds their parameters on the client). A pooler that does
+# not keep prepared statements per client (PgBouncer before 1.21, or with max_prepared_statements = 0, in
+# transaction mode) needs `?prepare_threshold=none` on DATABASE_URL.
+PREPARE_THRESHOLD = 5
+
+
+def _prepare_threshold(url: str, options: dict[str, Any]) -> dict[str, Any]:
+    value = options.get("prepare_threshold", PREPARE_THRESHOLD)
+    if isinstance(value, str) and value.lower() == "none":
+        return {"prepare_threshold": None}
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(
+            f"DATABASE_URL={url!r}: prepare_threshold must be a whole number of calls or none, not {value!r}"
+        )
+    return {"prepare_threshold": value}
 
 
 def _parse_redis_url(url: str) -> str:

@@ -41,15 +41,37 @@ def prep(model: type[models.Model], name: str, value: Any) -> Any:
     return field.get_db_prep_save(value, connection)
 
 
+def _cursor() -> Any:
+    """A cursor for these statements, through Django's wrapper (its connection checks, error translation and
+    query log). On PostgreSQL it binds the parameters on the server, so psycopg prepares a statement once the
+    connection has run it `prepare_threshold` times (dispatch_site.config: 5 unless DATABASE_URL says
+    otherwise) and then sends only its name and values: PostgreSQL no longer parses and plans it on every
+    call. The ORM's own queries keep Django's client-side binding, which never prepares.
+
+    Measured (PostgreSQL 15, one backend, 3,000 calls each): the claim's load of an execution with its job
+    went from 353 to 117 us of PostgreSQL CPU per call, a fence from 110 to 40 us."""
+    if connection.vendor != "postgresql":
+        return connection.cursor()
+    from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
+
+    # What BaseDatabaseWrapper.cursor() does, with the backend's server-binding cursor class.
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        raw = ServerBindingCursor(connection.connection)
+    connection.validate_thread_sharing()
+    return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+
+
 def updated(sql: str, params: Sequence[Any]) -> int:
     """Run one write statement; the number of rows it changed."""
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
 
 
 def fetch_one(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     return tuple(row) if row is not None else None

@@ -33,6 +33,23 @@ def test_postgres_url_is_parsed() -> None:
 
 
 @pytest.mark.parametrize(
+    ("url", "threshold"),
+    [
+        ("postgres://u:p@127.0.0.1:5433/d", 5),
+        ("postgres://u:p@127.0.0.1:5433/d?prepare_threshold=none", None),
+        ("postgres://u:p@127.0.0.1:5433/d?prepare_threshold=None&sslmode=require", None),
+        ("postgres://u:p@127.0.0.1:5433/d?prepare_threshold=0", 0),
+    ],
+)
+def test_postgres_prepares_hot_statements_after_five_calls_unless_the_url_says_otherwise(
+    url: str, threshold: int | None
+) -> None:
+    options = load_config({"DATABASE_URL": url}).database["OPTIONS"]
+    assert options["prepare_threshold"] == threshold
+    assert options.get("sslmode", "require") == "require"  # the URL's other options are kept
+
+
+@pytest.mark.parametrize(
     ("env", "message"),
     [
         ({"DEBUG": "0"}, "SECRET_KEY is required when DEBUG is off"),
@@ -44,6 +61,10 @@ def test_postgres_url_is_parsed() -> None:
         ({"KUBECONFIG": "/nonexistent/kubeconfig"}, "KUBECONFIG='/nonexistent/kubeconfig': no such file"),
         ({"LOG_LEVEL": "loud"}, "LOG_LEVEL='LOUD' is not one of"),
         ({"KUBE_TIMEOUT_SECONDS": "-1"}, "must be positive"),
+        (
+            {"DATABASE_URL": "postgres://u@127.0.0.1:5432/d?prepare_threshold=often"},
+            "prepare_threshold must be a whole number of calls or none, not 'often'",
+        ),
         ({"DEBUG": "0", "SECRET_KEY": "x", "ALLOWED_HOSTS": " , "}, "ALLOWED_HOSTS is empty"),
     ],
 )

@@ -126,3 +126,69 @@ def test_a_grant_through_a_group_counts_and_another_namespace_does_not(submitter
     assert not roles.may_submit_to(submitter[0], "team-x-ns")  # not a member
     NamespaceGrant.objects.create(user=member, namespace=roles.ALL_NAMESPACES)
     assert roles.may_submit_to(member, "team-y-ns")
+
+
+def _prepared_statements() -> list[str]:
+    """The statements this session's PostgreSQL backend holds prepared (those psycopg prepared over the
+    protocol, not a PREPARE of SQL)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements WHERE NOT from_sql")
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.fixture
+def reconnect() -> Any:
+    """A fresh connection (nothing prepared on it yet), made from settings with `options` merged into the
+    database's OPTIONS; the settings are put back afterwards."""
+    saved = dict(connection.settings_dict["OPTIONS"])
+
+    def make(**options: Any) -> None:
+        connection.close()
+        connection.settings_dict["OPTIONS"] = {**saved, **options}
+        connection.ensure_connection()
+
+    yield make
+    connection.close()
+    connection.settings_dict["OPTIONS"] = saved
+
+
+def _start_jobs(kube: Any, owner: User, namespace: str, count: int) -> None:
+    """`count` jobs submitted and started one after another on this thread's connection; each is queued with
+    the UID of the TrainJob the API server holds."""
+    for index in range(count):
+        made = submit.job_submit(owner=owner, spec=_spec(namespace))
+        [pending] = made.executions or []
+        start.execution_submit(execution_id=pending.pk, holder=f"holder-{index}")
+        execution = Execution.objects.select_related("job").get(pk=pending.pk)
+        trainjob = kube.custom.get_namespaced_custom_object(
+            "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", execution.trainjob_name
+        )
+        assert (execution.job.state, execution.state) == (JobState.QUEUED, JobState.QUEUED)
+        assert execution.trainjob_uid == trainjob["metadata"]["uid"]
+
+
+def test_repeated_starts_run_their_statements_prepared_unless_the_database_url_says_none(
+    kube: Any, namespace: str, submitter: tuple[User, str], reconnect: Any
+) -> None:
+    """A worker's connection runs every start's claim, fences and record: after psycopg's threshold (5 calls,
+    dispatch_site.config) PostgreSQL holds them prepared, so it no longer parses and plans them per start, and
+    the starts still record what they did. Behind a pooler that cannot keep prepared statements,
+    `?prepare_threshold=none` leaves none on the connection."""
+    AllowListEntry.objects.create(kind="ClusterTrainingRuntime", name="dispatch-kind", for_jobs=True)
+    reconnect()  # the configured threshold (the test database's URL sets none)
+    assert connection.connection.prepare_threshold == 5
+    _start_jobs(kube, submitter[0], namespace, 6)
+    prepared = _prepared_statements()
+    # The claim, the claim's load of the execution with its job and owner, a fence, the record's two updates,
+    # the grant and the allow-list reads.
+    assert [s for s in prepared if "claim_generation = claim_generation + 1" in s]
+    assert [s for s in prepared if s.startswith("SELECT") and "INNER JOIN" in s and '"jobs_job"' in s]
+    assert [s for s in prepared if s.startswith('UPDATE "jobs_execution" SET claim_until = $1')]
+    assert [s for s in prepared if s.startswith('UPDATE "jobs_job" SET state = $1')]
+    assert [s for s in prepared if s.startswith('UPDATE "jobs_execution" SET state = $1')]
+    assert [s for s in prepared if '"dispatch_site_namespacegrant"' in s]
+    assert [s for s in prepared if '"runtimes_allowlistentry"' in s]
+
+    reconnect(prepare_threshold=None)  # what ?prepare_threshold=none on DATABASE_URL configures
+    _start_jobs(kube, submitter[0], namespace, 6)
+    assert _prepared_statements() == []
