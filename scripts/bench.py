@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -47,6 +48,7 @@ from scripts.bench_common import (
     cleanup_django,
     cluster_kubeconfig,
     free_port,
+    fresh_database,
     gunicorn_command,
     log,
     redis_url,
@@ -64,7 +66,10 @@ def server_bench() -> list[dict[str, Any]]:
         log("installing wrk (Debian package) ...")
         subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=True, capture_output=True)
     kubeconfig = cluster_kubeconfig()
-    database_url = os.environ.get("DATABASE_URL", "postgres://dispatch:dispatch@127.0.0.1:25432/dispatch")
+    database_url = fresh_database(
+        os.environ.get("DATABASE_URL", "postgres://dispatch:dispatch@127.0.0.1:25432/dispatch")
+    )
+    log(f"on a database of its own, created afresh: {urlparse(database_url).path.lstrip('/')}")
     env = server_env(database_url, kubeconfig)
     token = setup_django(env)
     port = free_port()

@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urlparse, urlunparse
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -52,6 +53,20 @@ def cluster_kubeconfig() -> str:
 def redis_url() -> str:
     base = os.environ.get("REDIS_URL", "redis://127.0.0.1:26379/1")
     return re.sub(r"/\d+$", "", base) + f"/{BENCH_REDIS_DB}"
+
+
+def fresh_database(url: str) -> str:
+    """A database of the bench's own beside `url`'s (same PostgreSQL, same role), `<name>_bench`, dropped and
+    created afresh: each make bench measures an empty database, not the dead rows and unfolded counts that
+    earlier runs and the test suite left in the one they share (the starts ran slower on it)."""
+    import psycopg
+
+    parsed = urlparse(url)
+    name = f"{parsed.path.lstrip('/')}_bench"
+    with psycopg.connect(urlunparse(parsed._replace(path="/postgres")), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return urlunparse(parsed._replace(path=f"/{name}"))
 
 
 def setup_django(env: dict[str, str]) -> str:

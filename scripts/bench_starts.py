@@ -59,27 +59,36 @@ def _cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def _cpu_by_command() -> dict[str, float]:
-    """CPU seconds used so far by every process on the machine, summed per command name (utime + stime; a
-    diagnosis of where a phase's CPU went: BENCH_CPU_BY_COMMAND=1 logs each phase's top ten)."""
+def _cpu_by_process() -> dict[int, tuple[str, float]]:
+    """Every process on the machine: its command name and the CPU seconds it used so far (utime + stime)."""
     tick = os.sysconf("SC_CLK_TCK")
-    totals: dict[str, float] = {}
+    found: dict[int, tuple[str, float]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             head, tail = stat.read_text().rsplit(")", 1)
         except OSError:
             continue
         fields = tail.split()
-        name = head.split("(", 1)[1]
-        totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
-    return totals
+        found[int(stat.parent.name)] = (head.split("(", 1)[1], (int(fields[11]) + int(fields[12])) / tick)
+    return found
 
 
-def _log_cpu_by_command(phase: str, before: dict[str, float], seconds: float) -> None:
+def _command(name: str) -> str:
+    """A kernel worker renames itself after the work it runs (kworker/0:1-events, kworker/0:1-writeback):
+    they all count as `kworker`."""
+    return "kworker" if name.startswith("kworker/") else name
+
+
+def _log_cpu_by_command(phase: str, before: dict[int, tuple[str, float]], seconds: float) -> None:
+    """A diagnosis of where a phase's CPU went (BENCH_CPU_BY_COMMAND=1): each process's CPU in the phase,
+    summed per command name, the top ten. Taken per process: a sum per name taken before and after counted a
+    renamed kernel worker's whole life in the phase (up to 9 ms per TrainJob that never happened)."""
     if os.environ.get("BENCH_CPU_BY_COMMAND") != "1":
         return
-    after = _cpu_by_command()
-    spent = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in after}
+    spent: dict[str, float] = {}
+    for pid, (name, used) in _cpu_by_process().items():
+        earlier = before.get(pid, (name, 0.0))[1]  # a process born in the phase spent all it used
+        spent[_command(name)] = spent.get(_command(name), 0.0) + used - earlier
     top = sorted(spent.items(), key=lambda item: -item[1])[:10]
     total = sum(v for v in spent.values() if v > 0)
     _log(
@@ -332,7 +341,7 @@ def run(kubeconfig: str, env: dict[str, str], var: Path) -> dict[str, Any]:
                 custom, DIRECT_NAMESPACE, WARMUP
             )  # warm: every thread's connection open, as in steady use
             before = (_cpu_seconds([os.getpid()]), _cpu_seconds(cluster))
-            by_command, requests = _cpu_by_command(), _api_requests(custom)
+            by_command, requests = _cpu_by_process(), _api_requests(custom)
             direct = _direct(custom, DIRECT_NAMESPACE)
             _log_cpu_by_command(f"round {round_number} direct", by_command, direct)
             _log_api_requests(f"round {round_number} direct", custom, requests)
@@ -343,7 +352,7 @@ def run(kubeconfig: str, env: dict[str, str], var: Path) -> dict[str, Any]:
             _dispatch(DISPATCH_NAMESPACE, WARMUP)  # warm: every thread's database and API connections open
             before = (_cpu_seconds(pids), _cpu_seconds(cluster))
             spy = _spy(pids[0], round_number)
-            by_command, requests = _cpu_by_command(), _api_requests(custom)
+            by_command, requests = _cpu_by_process(), _api_requests(custom)
             seconds, _count = _dispatch(DISPATCH_NAMESPACE)
             _log_cpu_by_command(f"round {round_number} dispatch", by_command, seconds)
             _log_api_requests(f"round {round_number} dispatch", custom, requests)
