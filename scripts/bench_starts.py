@@ -27,10 +27,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from dispatch_site.config import DEFAULT_WORKER_CONCURRENCY
 from scripts.bench_common import BENCH_STARTS_NAMESPACE, celery_worker_command
 
 N = int(os.environ.get("BENCH_STARTS", "200"))
-CONCURRENCY = int(os.environ.get("BENCH_START_CONCURRENCY", "16"))
+# The worker's threads as make up runs it (dispatch_site.config); the client gets as many.
+CONCURRENCY = int(os.environ.get("BENCH_START_CONCURRENCY", str(DEFAULT_WORKER_CONCURRENCY)))
 ROUNDS = int(os.environ.get("BENCH_START_ROUNDS", "3"))
 PREFETCH = os.environ.get("BENCH_PREFETCH", "")
 # Worker processes; the CONCURRENCY threads are shared out among them (each process has one consumer).
