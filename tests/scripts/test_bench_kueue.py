@@ -64,3 +64,16 @@ def test_the_kueue_section_measures_both_sides_from_quota_freed_and_reports_the_
     report = (tmp_path / "kueue.md").read_text()
     assert "| quota frees -> running, dispatch / bare TrainJob, median of 1 paired rounds" in report
     assert f"| {result['ratio']:.2f} | <= 1.2 | {'yes' if met else 'NO'} |" in report
+
+
+def test_a_round_that_measured_nothing_is_named_and_left_out_and_none_left_is_not_met() -> None:
+    """A pair whose subject was admitted before the quota freed is left out of the figure and named in the
+    report; with no valid pair the section says so and its target is not met (make bench goes on)."""
+    from scripts.bench_kueue import met, report_lines
+
+    why = "round 1 dispatch: s-1 was admitted 12.615 s before the blocker's quota freed"
+    result: dict[str, Any] = {"fault": "", "rows": [], "refused": [why], "pairs": 0}
+    report = "\n".join(report_lines(result))
+    assert f"Left out, 1 round(s) that measured nothing: {why}." in report
+    assert "| no valid round |" in report and report.rstrip().endswith("| NO |")
+    assert not met(result)
