@@ -6,6 +6,7 @@ SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 SDK_VENV := $(VENV)/kubeflow-sdk
+DOCS_VENV := $(VENV)/docs
 PY := $(VENV)/bin/python
 PORT ?= 8000
 VAR := var
@@ -13,7 +14,7 @@ RUN := $(VAR)/run
 TEST_DATABASE_URL ?= postgres://dispatch:dispatch@127.0.0.1:25432/dispatch
 TEST_REDIS_URL ?= redis://127.0.0.1:26379/1
 
-.PHONY: help venv up down status test lint bench chaos image cluster-build cluster-up cluster-down
+.PHONY: help venv up down status test lint docs bench chaos image cluster-build cluster-up cluster-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -29,6 +30,12 @@ $(VENV)/.installed: requirements.lock pyproject.toml client/pyproject.toml
 $(SDK_VENV)/.installed: requirements-kubeflow-sdk.lock $(VENV)/.installed
 	$(PYTHON) -m venv $(SDK_VENV)
 	$(SDK_VENV)/bin/python -m pip install -q -r requirements-kubeflow-sdk.lock
+	touch $@
+
+# The docs site's tools in their own venv (requirements-docs.lock): MkDocs pins never meet the service's.
+$(DOCS_VENV)/.installed: requirements-docs.lock
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install -q -r requirements-docs.lock
 	touch $@
 
 venv: $(VENV)/.installed ## create the virtualenv and install the pinned dependencies
@@ -61,12 +68,17 @@ lint: venv ## ruff, formatting, migrations, the OpenAPI schema, mypy and the imp
 	$(VENV)/bin/mypy .
 	$(VENV)/bin/lint-imports
 
-test: venv $(SDK_VENV)/.installed ## install and start PostgreSQL, Redis and the local cluster, then lint and run the whole suite
+docs: $(DOCS_VENV)/.installed ## build the docs site (MkDocs Material, strict: a broken link fails) into var/site
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
+	@echo "docs: $(CURDIR)/var/site/index.html"
+
+test: venv $(SDK_VENV)/.installed $(DOCS_VENV)/.installed ## install and start PostgreSQL, Redis and the local cluster, then lint and run the whole suite
 	scripts/services up
 	scripts/browser-deps
 	scripts/cluster build --kueue
 	scripts/monitoring-deps
 	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory docs
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
 chaos: venv ## 200 jobs through worker kills, Redis/PostgreSQL restarts and a 30 s API outage (its own PostgreSQL and Redis; CHAOS_SEED=n replays)
