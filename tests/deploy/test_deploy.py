@@ -505,7 +505,7 @@ def test_the_roles_name_no_wildcards_and_no_secrets(example_manifests: list[dict
 
 
 def _documented_rules() -> set[tuple[str, str, str, str]]:
-    """(scope, API group, resource, verb) from the table of the docs' "Pointing dispatch at a cluster" page."""
+    """(scope, API group, resource, verb) from the table of docs/cluster.md."""
     section = (REPO / "docs" / "cluster.md").read_text().split("\n#", 1)[0]
     rules = set()
     for line in section.splitlines():
