@@ -592,7 +592,7 @@ def derive_grouped(
                 unread_nodes=unread_nodes,
             )
             status = derive(objects, ctx, memory)
-            status.warnings = grouped.warning_list()
+            status.warnings = grouped.warning_list() + status.warnings  # the derivation's own last
             statuses[item.key] = status
         return statuses
 
