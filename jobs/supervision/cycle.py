@@ -310,6 +310,7 @@ def _thresholds() -> Thresholds:
     return Thresholds(
         no_capacity_after=float(settings.NO_CAPACITY_AFTER_SECONDS),
         stuck_after=float(settings.STUCK_AFTER_SECONDS),
+        inadmissible_after=float(settings.INADMISSIBLE_AFTER_SECONDS),
     )
 
 

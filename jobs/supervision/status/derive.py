@@ -16,7 +16,12 @@ from jobs.supervision.status.jobs import (
     failure_from_job_messages,
     raw_conditions,
 )
-from jobs.supervision.status.kueue import kueue_eviction, kueue_queued_reason, pods_ready_note
+from jobs.supervision.status.kueue import (
+    kueue_dead_end,
+    kueue_eviction,
+    kueue_queued_reason,
+    pods_ready_note,
+)
 from jobs.supervision.status.model import (
     CANCELLED,
     CONFIG_ERROR,
@@ -59,7 +64,13 @@ from jobs.supervision.status.readers import (
     object_ref,
     true_condition,
 )
-from jobs.supervision.status.waiting import create_failures, recheck, waiting_causes, waiting_evidence
+from jobs.supervision.status.waiting import (
+    create_failures,
+    jobset_create_failures,
+    recheck,
+    waiting_causes,
+    waiting_evidence,
+)
 
 
 def derive(
@@ -343,6 +354,16 @@ def derive(
             )
             return status
 
+    # A Workload Kueue will never run: the attempt ends, and dispatch stops the TrainJob.
+    dead_end, look_again = kueue_dead_end(workloads, ctx.now, ctx.thresholds.inadmissible_after)
+    if dead_end is not None:
+        status.queued_reason = {}
+        fail(dead_end.cause, dead_end.message, dead_end.evidence)
+        status.stop = True
+        return status
+    if look_again is not None and (status.recheck_at is None or look_again < status.recheck_at):
+        status.recheck_at = look_again
+
     suspended = true_condition(trainjob, "Suspended")
     if suspended or as_map(trainjob.get("spec")).get("suspend") is True:
         status.state = QUEUED
@@ -463,6 +484,8 @@ def derive(
                 "kueue": "awaiting-pods-ready",
                 "message": f"{status.queued_reason.get('message', '')}; {note}".strip("; "),
             }
+    if status.state in (RUNNING, QUEUED):
+        jobset_create_failures(status, events, jobset, jobs, restart_attempt, ctx)
     if status.state in (RUNNING, QUEUED):
         create_failures(status, events, jobs, pods, restart_attempt, ctx, meta_of(trainjob).get("namespace"))
     if status.state == QUEUED and (ctx.ran or ran(pods.values())):

@@ -358,6 +358,45 @@ def test_a_preempted_rank_that_exited_0_is_evidence_and_a_warning_on_a_success()
     assert (plain.evidence, plain.warnings) == ([], [])
 
 
+# --- a JobSet that cannot create its Jobs
+
+
+def test_a_jobset_that_cannot_create_its_jobs_waits_then_fails_config_error() -> None:
+    """JobCreationFailed on the JobSet, repeated with backoff (its series): queued with the API server's
+    words for RESOURCES_FAILED_AFTER (15 s) from the first, then config-error with the event as evidence,
+    and dispatch stops the TrainJob. Was: `queued awaiting-pods "the JobSet's pods are being created"` for
+    ever."""
+    waiting = run("jobset-job-creation-failed.yaml", now=at("10:00:10"))
+    assert waiting.state == st.QUEUED
+    assert waiting.queued_reason["reason"] == "jobs-not-created"
+    assert "Limit must be set for non overcommitable resources" in waiting.queued_reason["message"]
+    assert waiting.recheck_at == at("10:00:16").replace(microsecond=200000)  # first seen 10:00:01.2 + 15 s
+    failed = run("jobset-job-creation-failed.yaml")
+    assert (failed.state, failed.cause, failed.stop) == (st.FAILED, st.CONFIG_ERROR, True)
+    assert failed.message.startswith("the JobSet could not create its Jobs for ")
+    assert has_evidence(failed, f"JobSet {NS}/{TJ}", "Limit must be set for non overcommitable resources")
+
+
+def test_a_job_made_after_the_last_creation_failure_resolves_it() -> None:
+    items = objects("jobset-job-creation-failed.yaml")
+    items.append(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": f"{TJ}-node-0",
+                "namespace": NS,
+                "uid": "9e41b7c2-3d5f-4a8b-b0c1-4c3a00000003",
+                "creationTimestamp": "2026-09-01T10:02:30Z",  # after the last failure, 10:02:10
+                "labels": {"jobset.sigs.k8s.io/restart-attempt": "0", "dispatch.dev/job": "jq7xk2mf4ab"},
+            },
+            "status": {},
+        }
+    )
+    status = derive(items, Context(now=LATER))
+    assert status.state == st.QUEUED and status.queued_reason["reason"] == "awaiting-pods", status.message
+
+
 # --- unknown-failure: only when nothing explains the failure, with the raw conditions kept
 
 
