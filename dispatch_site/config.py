@@ -60,6 +60,7 @@ class Config:
     supervisor_interval_seconds: int = 10
     no_capacity_after_seconds: int = 300
     stuck_after_seconds: int = 300
+    inadmissible_after_seconds: int = 300  # a Kueue Workload found inadmissible this long fails the job
     # Interactive sessions: the longest a session may live (the sweep closes it then).
     session_max_lifetime_seconds: int = 24 * 3600
     # The web server (dispatch_site/gunicorn.conf.py) and its long requests (dispatch_site.longrequests).
@@ -281,6 +282,9 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
         "NO_CAPACITY_AFTER_SECONDS", env.get("NO_CAPACITY_AFTER_SECONDS", "300"), 0
     )
     stuck_after = _parse_int("STUCK_AFTER_SECONDS", env.get("STUCK_AFTER_SECONDS", "300"), 0)
+    inadmissible_after = _parse_int(
+        "INADMISSIBLE_AFTER_SECONDS", env.get("INADMISSIBLE_AFTER_SECONDS", "300"), 0
+    )
     web_workers = _parse_int("WEB_WORKERS", env.get("WEB_WORKERS", "2"), 1)
     web_threads = _parse_int("WEB_THREADS", env.get("WEB_THREADS", "16"), 2)
     long_per_process = _parse_int(
@@ -324,6 +328,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
         supervisor_interval_seconds=supervisor_interval,
         no_capacity_after_seconds=no_capacity_after,
         stuck_after_seconds=stuck_after,
+        inadmissible_after_seconds=inadmissible_after,
         session_max_lifetime_seconds=session_max_lifetime,
         web_workers=web_workers,
         web_threads=web_threads,

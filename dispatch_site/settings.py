@@ -258,6 +258,7 @@ WEBHOOK_SECRET_GRACE_SECONDS = CONFIG.webhook_secret_grace_seconds
 SUPERVISOR_LEASE_SECONDS = max(3 * CONFIG.supervisor_interval_seconds, 30)
 NO_CAPACITY_AFTER_SECONDS = CONFIG.no_capacity_after_seconds
 STUCK_AFTER_SECONDS = CONFIG.stuck_after_seconds
+INADMISSIBLE_AFTER_SECONDS = CONFIG.inadmissible_after_seconds
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 LOGGING = {

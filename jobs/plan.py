@@ -25,10 +25,12 @@ from jobs.naming import (
     runtime_copy_name,
     trainjob_name,
 )
+from jobs.podresources import RESOURCES_INVALID, resources_reasons
 from jobs.queueing import (
     NO_KUEUE,
     PRIORITY_CLASS_NOT_ALLOWED,
     QUEUE_NOT_FOUND,
+    QUEUE_OVER_CAPACITY,
     KueueInputs,
     QueuePlan,
     queue_plan,
@@ -46,13 +48,16 @@ LAUNCHER: Final = "launcher"
 NAMESPACE_NOT_GRANTED: Final = "namespace-not-granted"
 PROCS_PER_NODE_UNSUPPORTED: Final = "procs-per-node-unsupported"
 NAME_TOO_LONG: Final = "name-too-long"
-# The job's place in Kueue (jobs.queueing decides them): never waived.
+# The job's place in Kueue (jobs.queueing decides them), and pod templates the Job API would refuse
+# (jobs.podresources): never waived.
 START_ONLY_CODES: Final = (
     NAMESPACE_NOT_GRANTED,
     PROCS_PER_NODE_UNSUPPORTED,
     NAME_TOO_LONG,
     QUEUE_NOT_FOUND,
     PRIORITY_CLASS_NOT_ALLOWED,
+    RESOURCES_INVALID,
+    QUEUE_OVER_CAPACITY,
 )
 
 # The runtimePatches manager Kueue owns on a TrainJob (list-map key): dispatch never writes a patch under it.
@@ -492,6 +497,8 @@ def build_plan(
     extra, longest = start_reasons(
         spec=spec, runtime=runtime, namespace_granted=namespace_granted, train_job_name=tj_name
     )
+    if runtime is not None:
+        extra += resources_reasons(spec, runtime)
     queue, queue_reasons, queue_warnings = queue_plan(spec=spec, runtime=runtime, kueue=kueue)
     extra = [*extra, *queue_reasons]
     reasons = (*verdict.reasons, *extra)

@@ -7,7 +7,9 @@ its runtime, the site's per-namespace Kueue settings, the Kueue objects planning
   and nothing is read from it.
 - Refusals (DESIGN.md): `queue-not-found` when the LocalQueue does not exist in the job's namespace, or
   Kueue is not installed at all; `priority-class-not-allowed` when the job asks for a WorkloadPriorityClass
-  the site does not allow in its namespace, one that does not exist, or one without a queue to apply it in.
+  the site does not allow in its namespace, one that does not exist, or one without a queue to apply it in;
+  `queue-over-capacity` when the job's total request exceeds what its ClusterQueue can ever admit (nominal
+  quota plus borrowing limit, in one flavor per resource group), so Kueue would keep it pending for ever.
 - What the job asks: per pod the sum of its containers' requests (a limit stands in for a missing request,
   as Kubernetes defaults it), at least its largest init container's, times the pods of each replicated job
   (jobs.naming.pod_counts). The job's `resources_per_node` replaces the `node` container's resources of the
@@ -32,6 +34,7 @@ from runtimes.reasons import TRAINER_ANCESTOR_LABEL, TRAINER_ANCESTOR_STEP, Reas
 
 QUEUE_NOT_FOUND: Final = "queue-not-found"
 PRIORITY_CLASS_NOT_ALLOWED: Final = "priority-class-not-allowed"
+QUEUE_OVER_CAPACITY: Final = "queue-over-capacity"
 
 ALL_NAMESPACES: Final = "*"  # a site setting's key that applies to every namespace without its own entry
 NODE_CONTAINER: Final = "node"
@@ -344,6 +347,92 @@ def fits_now(
     return True, f"fits ClusterQueue {name}'s free quota now (flavor {', '.join(chosen)})", quotas
 
 
+# --- what a ClusterQueue can ever admit ---------------------------------------------------------------
+
+
+def _capacities(cluster_queue: Mapping[str, Any]) -> dict[tuple[str, str], Decimal | None]:
+    """Per (flavor, resource): the most the ClusterQueue can ever admit, nominal quota plus borrowing limit;
+    None when it is unbounded (in a cohort with no borrowing limit: what it may borrow depends on the
+    cohort's other queues). Outside a cohort nothing can be borrowed."""
+    spec = _m(cluster_queue.get("spec"))
+    in_cohort = bool(spec.get("cohortName") or spec.get("cohort"))
+    out: dict[tuple[str, str], Decimal | None] = {}
+    for group in _list(spec.get("resourceGroups")):
+        for flavor in _list(_m(group).get("flavors")):
+            flavor = _m(flavor)
+            for resource in _list(flavor.get("resources")):
+                resource = _m(resource)
+                nominal = _quantity(resource.get("nominalQuota", 0))
+                limit = resource.get("borrowingLimit")
+                if not in_cohort:
+                    most: Decimal | None = nominal
+                elif limit is None:
+                    most = None
+                else:
+                    most = nominal + _quantity(limit)
+                out[(str(flavor.get("name")), str(resource.get("name")))] = most
+    return out
+
+
+def over_capacity_reasons(cluster_queue: Mapping[str, Any], requests: Mapping[str, Decimal]) -> list[Reason]:
+    """`queue-over-capacity`: the job's total request exceeds what its ClusterQueue can ever admit, so Kueue
+    would keep it pending for ever. Kueue puts all the resources of one resource group in one flavor (its
+    flavor assigner), so per group: a resource no flavor can ever hold is one reason; resources that each
+    fit some flavor but never together in one are one reason for the group. A resource the ClusterQueue has
+    no quota for at all is a reason of its own. Every reason names the request and each flavor's most."""
+    name = str(_m(cluster_queue.get("metadata")).get("name", ""))
+    groups, _ = cluster_queue_quotas(cluster_queue, requests)
+    most = _capacities(cluster_queue)
+    reasons: list[Reason] = []
+
+    def reason(text: str) -> None:
+        reasons.append(Reason(QUEUE_OVER_CAPACITY, text, "queue_name"))
+
+    def shown(flavor: str, resource: str) -> str:
+        if (flavor, resource) not in most:
+            return f"none in flavor {flavor}"
+        amount = most[(flavor, resource)]
+        return f"at most {'unbounded' if amount is None else format_quantity(amount)} in flavor {flavor}"
+
+    def fits(flavor: str, resource: str, amount: Decimal) -> bool:
+        if (flavor, resource) not in most:
+            return False
+        limit = most[(flavor, resource)]
+        return limit is None or limit >= amount
+
+    for resource, amount in requests.items():
+        if not any(resource in g.covered for g in groups):
+            reason(
+                f"the job requests {resource} {format_quantity(amount)} in total, and ClusterQueue {name} "
+                f"has no quota for {resource}: Kueue can never admit it"
+            )
+    for group in groups:
+        wanted = {r: a for r, a in requests.items() if r in group.covered}
+        if not wanted or not group.flavors:
+            continue
+        if any(all(fits(f, r, a) for r, a in wanted.items()) for f in group.flavors):
+            continue
+        alone = [r for r, a in wanted.items() if not any(fits(f, r, a) for f in group.flavors)]
+        for resource in alone:
+            places = "; ".join(shown(f, resource) for f in group.flavors)
+            reason(
+                f"the job requests {resource} {format_quantity(wanted[resource])} in total, more than "
+                f"ClusterQueue {name} can ever admit (nominal quota plus borrowing limit): {places}"
+            )
+        if not alone:
+            per_flavor = "; ".join(
+                f"flavor {f}: "
+                + ", ".join(f"{r} {shown(f, r).removesuffix(f' in flavor {f}')}" for r in wanted)
+                for f in group.flavors
+            )
+            asked = ", ".join(f"{r} {format_quantity(a)}" for r, a in wanted.items())
+            reason(
+                f"the job requests {asked} in total, which no single flavor of ClusterQueue {name} can ever "
+                f"hold together (Kueue assigns one flavor per resource group): {per_flavor}"
+            )
+    return reasons
+
+
 # --- the plan's queue section ------------------------------------------------------------------------
 
 
@@ -471,6 +560,8 @@ def queue_plan(
             pending = count if type(count) is int else None
             if runtime is None:
                 fits, message = None, "unknown: the runtime does not exist"
+            else:
+                reasons.extend(over_capacity_reasons(kueue.cluster_queue, requests))
     return (
         QueuePlan(
             local_queue=choice.queue,

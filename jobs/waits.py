@@ -14,6 +14,7 @@ class Thresholds:
     no_capacity_after: float = 300.0
     stuck_after: float = 300.0  # image pull and container config errors
     resources_failed_after: float = 15.0  # TrainJobResourcesCreationFailed other than a missing runtime
+    inadmissible_after: float = 300.0  # a Kueue Workload QuotaReserved=False Inadmissible
 
 
 def parse_time(value: object) -> datetime | None:

@@ -27,6 +27,8 @@ PROCS_PER_NODE_UNSUPPORTED: Final = "procs-per-node-unsupported"
 NAME_TOO_LONG: Final = "name-too-long"
 QUEUE_NOT_FOUND: Final = "queue-not-found"
 PRIORITY_CLASS_NOT_ALLOWED: Final = "priority-class-not-allowed"
+RESOURCES_INVALID: Final = "resources-invalid"
+QUEUE_OVER_CAPACITY: Final = "queue-over-capacity"
 
 _AUTHOR = "runtime author"
 
@@ -192,6 +194,23 @@ FIXES: Final[dict[str, Fix]] = {
             "the platform allows in its namespace (and only with a queue).",
             "Ask for a class the site settings allow in the namespace, or none; ask the platform team to "
             "allow one (site settings: Kueue priority classes per namespace).",
+            "submitter",
+        ),
+        Fix(
+            RESOURCES_INVALID,
+            "The Job API would refuse the job's pods (e.g. nvidia.com/gpu requested without an equal limit), "
+            "so its JobSet could never create them and the job would wait for ever.",
+            "Correct the field the reason names: give an extended resource (nvidia.com/gpu) a limit equal to "
+            "its request in resources_per_node, keep requests at most their limits; a runtime container's "
+            "resources are the runtime author's to correct.",
+            "submitter",
+        ),
+        Fix(
+            QUEUE_OVER_CAPACITY,
+            "The job asks more in total than its ClusterQueue can ever admit (nominal quota plus borrowing "
+            "limit, in one flavor), so Kueue would keep it pending for ever.",
+            "Ask for fewer nodes or less per node, or use a queue whose ClusterQueue is large enough; the "
+            "platform team can raise the ClusterQueue's quota or borrowing limit.",
             "submitter",
         ),
     )

@@ -162,10 +162,11 @@ class IdentityFindingSerializer(serializers.Serializer):
 
 
 class SupervisionWarningSerializer(serializers.Serializer):
-    """Beside the status: an object carrying the job's labels outside its TrainJob's owner chain (ignored),
-    or a read that failed (the status was derived without it)."""
+    """Beside the status: an object carrying the job's labels outside its TrainJob's owner chain (ignored), a
+    read that failed (the status was derived without it), or a rank disrupted on the way to a success (it
+    exited 0 on SIGTERM, so its Job counted it complete)."""
 
-    kind = serializers.CharField(help_text="stranger or read")
+    kind = serializers.CharField(help_text="stranger, read or disruption")
     object = serializers.CharField(help_text="e.g. 'Pod team-a/x' or 'Events in team-a'")
     message = serializers.CharField()
 

@@ -310,6 +310,7 @@ def _thresholds() -> Thresholds:
     return Thresholds(
         no_capacity_after=float(settings.NO_CAPACITY_AFTER_SECONDS),
         stuck_after=float(settings.STUCK_AFTER_SECONDS),
+        inadmissible_after=float(settings.INADMISSIBLE_AFTER_SECONDS),
     )
 
 
@@ -592,7 +593,7 @@ def derive_grouped(
                 unread_nodes=unread_nodes,
             )
             status = derive(objects, ctx, memory)
-            status.warnings = grouped.warning_list()
+            status.warnings = grouped.warning_list() + status.warnings  # the derivation's own last
             statuses[item.key] = status
         return statuses
 

@@ -30,6 +30,9 @@ def _meta(obj: Mapping[str, Any], *, annotations: Sequence[str] = ()) -> dict[st
     }
     if meta.get("deletionTimestamp"):
         kept["deletionTimestamp"] = meta["deletionTimestamp"]
+        if meta.get("deletionGracePeriodSeconds") is not None:
+            # deletionTimestamp is the request's time plus this grace: when the deletion was asked for.
+            kept["deletionGracePeriodSeconds"] = meta["deletionGracePeriodSeconds"]
     if meta.get("ownerReferences"):
         kept["ownerReferences"] = [
             {k: r.get(k) for k in ("apiVersion", "kind", "name", "uid", "controller")}

@@ -19,6 +19,7 @@ from jobs.queueing import (
     NO_KUEUE,
     PRIORITY_CLASS_NOT_ALLOWED,
     QUEUE_NOT_FOUND,
+    QUEUE_OVER_CAPACITY,
     KueueInputs,
     QueueChoice,
     allowed_priority_classes,
@@ -27,6 +28,7 @@ from jobs.queueing import (
     fits_now,
     format_quantity,
     job_requests,
+    over_capacity_reasons,
 )
 from jobs.spec import JobSpec, RuntimeRef
 from runtimes.reasons import SiteRules
@@ -203,6 +205,76 @@ def test_a_job_larger_than_the_quota_never_fits_and_an_uncovered_resource_is_nam
     assert not fits and message == "ClusterQueue dispatch is not active: FlavorNotFound: no flavor"
 
 
+# --- what a ClusterQueue can ever admit ----------------------------------------------------------------
+
+FOUR_GPUS = {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}  # 2 per node, 2 nodes
+
+
+def test_a_job_asking_more_than_the_cluster_queue_can_ever_admit_is_refused_at_plan() -> None:
+    """The ClusterQueue `dispatch` has 2 GPUs and no cohort: 2 per node on 2 nodes can never be admitted. The
+    plan said so ("it can never be admitted") but accepted the job, which then waited for ever."""
+    spec = job(queue_name="dispatch", resources_per_node=FOUR_GPUS)
+    plan = plan_with(spec, inputs(spec))
+    assert plan.refused
+    assert _codes_and_messages(plan) == [
+        (
+            QUEUE_OVER_CAPACITY,
+            "queue_name",
+            "the job requests nvidia.com/gpu 4 in total, more than ClusterQueue dispatch can ever admit "
+            "(nominal quota plus borrowing limit): at most 2 in flavor dispatch-kwok",
+        )
+    ]
+    # Waiting for quota that is reserved now is not a refusal: it may come.
+    fits = job(queue_name="dispatch", resources_per_node=GPU_PER_NODE)
+    busy = recorded("pending-insufficient-quota", "ClusterQueue")
+    waiting = plan_with(fits, inputs(fits, cluster_queue=busy))
+    assert not waiting.refused and waiting.queue is not None and waiting.queue.fits_now is False
+
+
+def test_borrowing_counts_only_in_a_cohort_and_up_to_its_limit() -> None:
+    cq = idle_cluster_queue()
+    gpu = cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]
+    gpu["borrowingLimit"] = "2"
+    assert over_capacity_reasons(cq, {"nvidia.com/gpu": Decimal(4)}) != []  # no cohort: nothing to borrow
+    cq["spec"]["cohortName"] = "team"
+    assert over_capacity_reasons(cq, {"nvidia.com/gpu": Decimal(4)}) == []  # 2 + 2
+    (reason,) = over_capacity_reasons(cq, {"nvidia.com/gpu": Decimal(5)})
+    assert reason.message.endswith("at most 4 in flavor dispatch-kwok")
+    del gpu["borrowingLimit"]  # in a cohort without a limit: what it may borrow is not known here
+    assert over_capacity_reasons(cq, {"nvidia.com/gpu": Decimal(64)}) == []
+
+
+def test_every_resource_that_can_never_fit_is_a_reason_and_so_is_one_flavor_for_all() -> None:
+    cq = idle_cluster_queue()
+    reasons = over_capacity_reasons(
+        cq, {"cpu": Decimal(8), "nvidia.com/gpu": Decimal(4), "example.com/fpga": Decimal(1)}
+    )
+    assert [r.message.split(" in total")[0] for r in reasons] == [
+        "the job requests example.com/fpga 1",
+        "the job requests cpu 8",
+        "the job requests nvidia.com/gpu 4",
+    ]
+    assert "has no quota for example.com/fpga" in reasons[0].message
+    # Two flavors, each big enough for one resource but neither for both: Kueue puts a group in one flavor.
+    group = cq["spec"]["resourceGroups"][0]
+    group["flavors"] = [
+        {
+            "name": "a",
+            "resources": [{"name": "cpu", "nominalQuota": "8"}, {"name": "memory", "nominalQuota": "1Gi"}],
+        },
+        {
+            "name": "b",
+            "resources": [{"name": "cpu", "nominalQuota": "1"}, {"name": "memory", "nominalQuota": "8Gi"}],
+        },
+    ]
+    group["coveredResources"] = ["cpu", "memory"]
+    (reason,) = over_capacity_reasons(cq, {"cpu": Decimal(4), "memory": Decimal(4 * 2**30)})
+    assert "which no single flavor of ClusterQueue dispatch can ever hold together" in reason.message
+    assert "flavor a: cpu at most 8, memory at most 1Gi; flavor b: cpu at most 1, memory at most 8Gi" in (
+        reason.message
+    )
+
+
 # --- the plan ---------------------------------------------------------------------------------------
 
 
@@ -347,4 +419,4 @@ def test_a_missing_cluster_queue_is_a_warning_and_does_not_fit() -> None:
 
 
 def test_the_start_only_codes_include_the_kueue_codes() -> None:
-    assert {QUEUE_NOT_FOUND, PRIORITY_CLASS_NOT_ALLOWED} <= set(START_ONLY_CODES)
+    assert {QUEUE_NOT_FOUND, PRIORITY_CLASS_NOT_ALLOWED, QUEUE_OVER_CAPACITY} <= set(START_ONLY_CODES)

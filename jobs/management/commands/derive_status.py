@@ -38,6 +38,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--no-capacity-after", type=float, default=Thresholds.no_capacity_after)
         parser.add_argument("--stuck-after", type=float, default=Thresholds.stuck_after)
+        parser.add_argument("--inadmissible-after", type=float, default=Thresholds.inadmissible_after)
         parser.add_argument(
             "--identity-warned", action="store_true", help="the plan carried an allowRankRestart warning"
         )
@@ -56,7 +57,9 @@ class Command(BaseCommand):
             label_domain=options["label_domain"],
             identity_warned=options["identity_warned"],
             thresholds=Thresholds(
-                no_capacity_after=options["no_capacity_after"], stuck_after=options["stuck_after"]
+                no_capacity_after=options["no_capacity_after"],
+                stuck_after=options["stuck_after"],
+                inadmissible_after=options["inadmissible_after"],
             ),
         )
         results = []

@@ -16,13 +16,19 @@ from jobs.supervision.status.jobs import (
     failure_from_job_messages,
     raw_conditions,
 )
-from jobs.supervision.status.kueue import kueue_eviction, kueue_queued_reason, pods_ready_note
+from jobs.supervision.status.kueue import (
+    kueue_dead_end,
+    kueue_eviction,
+    kueue_queued_reason,
+    pods_ready_note,
+)
 from jobs.supervision.status.model import (
     CANCELLED,
     CONFIG_ERROR,
     EVICTED,
     FAILED,
     IDENTITY_VIOLATION,
+    KILLED,
     NODE_LOST,
     PREEMPTED,
     QUEUED,
@@ -41,6 +47,7 @@ from jobs.supervision.status.pods import (
     PodFailure,
     classify_pod,
     condense_pod,
+    disrupted_but_succeeded,
     ran,
     rank_row,
     sentence,
@@ -57,7 +64,13 @@ from jobs.supervision.status.readers import (
     object_ref,
     true_condition,
 )
-from jobs.supervision.status.waiting import create_failures, recheck, waiting_causes, waiting_evidence
+from jobs.supervision.status.waiting import (
+    create_failures,
+    jobset_create_failures,
+    recheck,
+    waiting_causes,
+    waiting_evidence,
+)
 
 
 def derive(
@@ -122,7 +135,11 @@ def derive(
         is not None
     ]
     failures.sort(key=lambda f: (f.at or datetime.max.replace(tzinfo=UTC), f.pod.get("rank") or 0))
+    # A rank its pod's deletion killed is evidence under whatever ended the attempt, never its cause.
+    kills = [f for f in failures if f.cause == KILLED]
+    failures = [f for f in failures if f.cause != KILLED]
     current_failures = [f for f in failures if f.pod.get("restart_attempt", 0) == restart_attempt]
+    current_kills = [f for f in kills if f.pod.get("restart_attempt", 0) == restart_attempt]
     first = current_failures[0] if current_failures else (failures[0] if failures else None)
 
     status.identity_findings = identity_findings(pods.values(), warned=ctx.identity_warned)
@@ -168,16 +185,22 @@ def derive(
             pods_ev = [e for f in current_failures for e in f.evidence]
             fail(TIMEOUT, "a Job ran past its activeDeadlineSeconds", chain + pods_ev + aggregate)
             return
+        killed = [e for f in current_kills for e in f.evidence]
         if first is not None:
             others = [e for f in current_failures if f is not first for e in f.evidence]
-            fail(first.cause, sentence(first, attempt), first.evidence + others + chain + aggregate, first)
+            fail(
+                first.cause,
+                sentence(first, attempt),
+                first.evidence + others + killed + chain + aggregate,
+                first,
+            )
             return
         message_failure = failure_from_job_messages(jobs) or disruption_from_job_messages(
             jobs, pod_events, nodes, ctx.unread_nodes
         )
         if message_failure is not None:
             cause, text, ev, rank, code = message_failure
-            fail(cause, text, ev + aggregate)
+            fail(cause, text, ev + killed + aggregate)
             status.rank, status.exit_code = rank, code
             return
         raw = (
@@ -185,6 +208,16 @@ def derive(
             + raw_conditions("JobSet", jobset)
             + [e for job in jobs for e in raw_conditions("Job", job)]
         )
+        if current_kills:
+            # Only killed ranks: a deletion stopped them, and nothing observed says whose or why.
+            kill = current_kills[0]
+            fail(
+                UNKNOWN_FAILURE,
+                f"{sentence(kill, attempt)}; nothing observed says who deleted it or why",
+                killed + raw + aggregate,
+            )
+            status.rank = kill.pod.get("rank")
+            return
         fail(UNKNOWN_FAILURE, "the job failed and nothing observed explains why", raw or aggregate)
 
     # --- the TrainJob
@@ -218,6 +251,22 @@ def derive(
         unexpected = [f for f in status.identity_findings if not f.get("expected")]
         if unexpected:
             status.message += f"; identity finding: {unexpected[0]['why']}"
+        # A rank disrupted (preempted, evicted, its node lost, its pod deleted) whose application exited 0 on
+        # SIGTERM completed its index: the job reads succeeded, and says that a rank was stopped on the way.
+        stopped = disrupted_but_succeeded(pods.values(), pod_events, nodes, ctx.unread_nodes)
+        for rank, what, ev in stopped:
+            status.evidence.extend(ev)
+            status.warnings.append(
+                {
+                    "kind": "disruption",
+                    "object": ev[0]["object"],
+                    "message": f"rank {rank} {what} and exited 0 on SIGTERM: its Job counted the index as "
+                    "complete, so the job's success may rest on unfinished work",
+                }
+            )
+        if stopped:
+            rank, what, _ = stopped[0]
+            status.message += f"; but rank {rank} {what} and exited 0"
         return status
 
     failed = true_condition(trainjob, "Failed")
@@ -304,6 +353,16 @@ def derive(
                 ]
             )
             return status
+
+    # A Workload Kueue will never run: the attempt ends, and dispatch stops the TrainJob.
+    dead_end, look_again = kueue_dead_end(workloads, ctx.now, ctx.thresholds.inadmissible_after)
+    if dead_end is not None:
+        status.queued_reason = {}
+        fail(dead_end.cause, dead_end.message, dead_end.evidence)
+        status.stop = True
+        return status
+    if look_again is not None and (status.recheck_at is None or look_again < status.recheck_at):
+        status.recheck_at = look_again
 
     suspended = true_condition(trainjob, "Suspended")
     if suspended or as_map(trainjob.get("spec")).get("suspend") is True:
@@ -425,6 +484,8 @@ def derive(
                 "kueue": "awaiting-pods-ready",
                 "message": f"{status.queued_reason.get('message', '')}; {note}".strip("; "),
             }
+    if status.state in (RUNNING, QUEUED):
+        jobset_create_failures(status, events, jobset, jobs, restart_attempt, ctx)
     if status.state in (RUNNING, QUEUED):
         create_failures(status, events, jobs, pods, restart_attempt, ctx, meta_of(trainjob).get("namespace"))
     if status.state == QUEUED and (ctx.ran or ran(pods.values())):

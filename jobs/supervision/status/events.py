@@ -31,10 +31,12 @@ class EventView:
 
 def event_view(event: Mapping[str, Any]) -> EventView:
     involved = as_map(event.get("involvedObject")) or as_map(event.get("regarding"))
+    # When it last happened: an events.k8s.io event's eventTime is its first occurrence, the repeats are in
+    # its series (a JobSet's JobCreationFailed, repeated with backoff, keeps its first eventTime).
     at = (
-        parse_time(event.get("eventTime"))
+        parse_time(as_map(event.get("series")).get("lastObservedTime"))
+        or parse_time(event.get("eventTime"))
         or parse_time(event.get("lastTimestamp"))
-        or parse_time(as_map(event.get("series")).get("lastObservedTime"))
         or parse_time(event.get("firstTimestamp"))
         or parse_time(meta_of(event).get("creationTimestamp"))
     )

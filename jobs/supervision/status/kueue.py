@@ -6,11 +6,13 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from jobs.naming import kueue_mark_key
 from jobs.supervision.status.model import (
     CANCELLED,
+    CONFIG_ERROR,
     EVICTED,
     NODE_LOST,
     PREEMPTED,
@@ -26,6 +28,7 @@ from jobs.supervision.status.readers import (
     object_ref,
     true_condition,
 )
+from jobs.waits import parse_time
 
 _PREEMPTOR: Final = re.compile(r"\(UID: ([^,]+), JobUID: ([^)]+)\) due to ([^;]+)")
 
@@ -251,3 +254,61 @@ def pods_ready_note(workloads: Sequence[Mapping[str, Any]]) -> str:
                 "and evicts the Workload past its timeout"
             )
     return ""
+
+
+INADMISSIBLE_REASONS: Final = frozenset({"Inadmissible", "Misconfigured"})
+
+
+@dataclass(frozen=True)
+class DeadEnd:
+    """A Workload that will never run the TrainJob: the failure to record (dispatch then stops it)."""
+
+    cause: str
+    message: str
+    evidence: list[dict[str, Any]]
+
+
+def kueue_dead_end(
+    workloads: Sequence[Mapping[str, Any]], now: datetime, inadmissible_after: float
+) -> tuple[DeadEnd | None, datetime | None]:
+    """A Workload Kueue will never run (status-facts §10, config-error): Finished=True FailedToStart (Kueue
+    admitted it but could not start the TrainJob, and gave up [Q: jobframework/reconciler.go]), or
+    QuotaReserved=False Inadmissible (a missing LocalQueue or ClusterQueue, an unsupported resource claim:
+    [Q: core/workload_controller.go]; a stopped queue is not one) for
+    `inadmissible_after` seconds. Before, both read `queued` for ever. Returns (the dead end or None, when
+    to look again or None)."""
+    for wl in workloads:
+        finished = true_condition(wl, "Finished")
+        if finished is not None and finished.get("reason") == "FailedToStart":
+            return (
+                DeadEnd(
+                    CONFIG_ERROR,
+                    f"Kueue could not start the TrainJob and gave up: {finished.get('message', '')}",
+                    _cond_ev(wl, finished, "Finished"),
+                ),
+                None,
+            )
+        reserved = condition(wl, "QuotaReserved")
+        if reserved is None or reserved.get("status") != "False":
+            continue
+        # "Misconfigured" with the UnadmittedWorkloadsObservability gate. A stopped queue is the platform
+        # team's deliberate hold (stopPolicy), reversible: the job waits it out.
+        if reserved.get("reason") not in INADMISSIBLE_REASONS or str(reserved.get("message", "")).endswith(
+            " is stopped"
+        ):
+            continue
+        since = parse_time(reserved.get("lastTransitionTime"))
+        if since is None:
+            continue
+        waited = (now - since).total_seconds()
+        if waited < inadmissible_after:
+            return None, since + timedelta(seconds=inadmissible_after)
+        return (
+            DeadEnd(
+                CONFIG_ERROR,
+                f"Kueue could not admit the Workload for {int(waited)} s: {reserved.get('message', '')}",
+                _cond_ev(wl, reserved, "QuotaReserved"),
+            ),
+            None,
+        )
+    return None, None

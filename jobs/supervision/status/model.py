@@ -29,6 +29,15 @@ APP_ERROR: Final = "app-error"
 RUNTIME_MISSING: Final = "runtime-missing"
 IDENTITY_VIOLATION: Final = "identity-violation"
 UNKNOWN_FAILURE: Final = "unknown-failure"
+# Not a cause: a rank whose container ended 137 or 143 after its pod's deletion was asked for was killed by
+# that deletion (status-facts §10 precedence 3). It is evidence under whatever ended the attempt, never the
+# cause of a failure (before, such a rank read `app-error exit 143`).
+KILLED: Final = "killed"
+# Exit codes of a container stopped by a signal: SIGKILL, SIGTERM.
+KILL_EXIT_CODES: Final = frozenset({137, 143})
+# A pod's deletionGracePeriodSeconds when a remembered pod does not say (memory written before it was kept):
+# the Kubernetes default terminationGracePeriodSeconds.
+DEFAULT_GRACE_SECONDS: Final = 30
 
 COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 RESTART_ATTEMPT: Final = "jobset.sigs.k8s.io/restart-attempt"
@@ -95,7 +104,8 @@ class DerivedStatus:
     # Set when dispatch itself has to act: stop the TrainJob (a waiting cause ran out, or the promise broke).
     stop: bool = False
     # What the page may show beside the status, plain data {kind, message, object}: objects that carry the
-    # job's labels outside its TrainJob's owner chain (ignored), reads that failed. Filled by the cycle.
+    # job's labels outside its TrainJob's owner chain (ignored) and reads that failed (the cycle adds these),
+    # and a rank disrupted on its way to a success (the derivation's own).
     warnings: list[dict[str, Any]] = field(default_factory=list)
     # When a waiting cause's threshold runs out: the result may change then with no object changing.
     recheck_at: datetime | None = None

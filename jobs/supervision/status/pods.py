@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from jobs.supervision.status.events import EventView
@@ -16,10 +16,13 @@ from jobs.supervision.status.model import (
     CONFIG_ERROR,
     CONFIG_TERMINATED_REASONS,
     CONFIG_WAITING_REASONS,
+    DEFAULT_GRACE_SECONDS,
     EVICTED,
     IMAGE_PULL,
     IMAGE_PULL_REASONS,
     JOB_INDEX,
+    KILL_EXIT_CODES,
+    KILLED,
     NO_CAPACITY,
     NO_CAPACITY_POD_REASONS,
     NODE_LOST,
@@ -38,6 +41,7 @@ from jobs.supervision.status.readers import (
     attempt_of,
     condition,
     evidence_row,
+    iso,
     labels_of,
     meta_of,
     pod_ref,
@@ -101,6 +105,11 @@ def condense_pod(pod: Mapping[str, Any], label_domain: str) -> dict[str, Any]:
         "job_index": as_int(labels.get(JOB_INDEX)) or 0,
         "created": meta.get("creationTimestamp"),
         "deleting": meta.get("deletionTimestamp"),
+        **(
+            {"deletion_grace": as_int(meta.get("deletionGracePeriodSeconds"))}
+            if meta.get("deletionTimestamp")
+            else {}
+        ),
         "phase": status.get("phase", ""),
         "node": spec.get("nodeName") or "",
         "reason": status.get("reason") or "",
@@ -331,8 +340,12 @@ def classify_pod(
                 container=row["name"],
             )
 
-    # 7. The application exited non-zero.
-    if container is not None:
+    # 7. The application exited non-zero, unless the pod's deletion stopped it: a container that ended 137 or
+    # 143 once the deletion was asked for was killed by it (status-facts §10 precedence 3). Then a lost node
+    # (8) may explain the deletion; otherwise the kill is evidence only, never the cause.
+    deleted_at = deletion_requested(d)
+    killed = container is not None and killed_by(container, deleted_at)
+    if container is not None and not killed:
         return failure(APP_ERROR, container.get("finished_at"), [])
 
     # 8. Gone without a word: the node it ran on is gone or unreachable. A pod only being deleted (the Job or
@@ -350,9 +363,33 @@ def classify_pod(
                     *node_ev,
                 ],
             )
+    if killed:
+        return failure(
+            KILLED,
+            deleted_at,
+            [evidence_row(ref, "metadata.deletionTimestamp", d.get("deleting"), iso(deleted_at))],
+        )
     if d.get("phase") == "Failed":
         return failure(UNKNOWN_FAILURE, None, [evidence_row(ref, "status.phase", "Failed")])
     return None
+
+
+def deletion_requested(pod: Mapping[str, Any]) -> datetime | None:
+    """When the pod's deletion was asked for: its deletionTimestamp is that moment plus the grace period."""
+    deleting = parse_time(pod.get("deleting"))
+    if deleting is None:
+        return None
+    grace = pod.get("deletion_grace")
+    return deleting - timedelta(seconds=grace if isinstance(grace, int) else DEFAULT_GRACE_SECONDS)
+
+
+def killed_by(container: Mapping[str, Any], deleted_at: datetime | None) -> bool:
+    """The container ended by a signal (137, 143) no earlier than the pod's deletion was asked for (a second
+    of slack: the kubelet's times have whole seconds)."""
+    if deleted_at is None or container.get("exit_code") not in KILL_EXIT_CODES:
+        return False
+    finished = parse_time(container.get("finished_at"))
+    return finished is None or finished >= deleted_at - timedelta(seconds=1)
 
 
 # ---------------------------------------------------------------- identity
@@ -403,6 +440,7 @@ def sentence(failure: PodFailure, attempt: int | None) -> str:
         IMAGE_PULL: f"{who} could not pull its image{at}{inn}",
         TIMEOUT: f"{who} ran past its deadline{at}{inn}",
         NO_CAPACITY: f"{who} was rejected by its node for lack of resources{at}{inn}",
+        KILLED: f"{who} was stopped by the deletion of its pod{at} (exit code {failure.exit_code}){inn}",
     }
     return texts.get(failure.cause, f"{who} failed{at}{inn}")
 
@@ -431,3 +469,50 @@ def merge_memory(stored: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
         elif pod.get("disruption") and not mine.get("disruption"):
             merged[uid] = {**mine, "disruption": pod["disruption"]}
     return merged
+
+
+_DISRUPTED: dict[str, str] = {
+    PREEMPTED: "was preempted",
+    EVICTED: "was evicted",
+    NODE_LOST: "lost its node",
+}
+
+
+def disrupted_but_succeeded(
+    pods: Iterable[Mapping[str, Any]],
+    pod_events: Mapping[str, Sequence[EventView]],
+    nodes: Mapping[str, Mapping[str, Any]],
+    unread_nodes: frozenset[str] = frozenset(),
+) -> list[tuple[Any, str, list[dict[str, Any]]]]:
+    """Pods that ended Succeeded although a disruption stopped them (status-facts §12: a rank whose
+    application exits 0 on SIGTERM completes its index): (rank, what happened, evidence), by rank."""
+    found = []
+    for pod in pods:
+        if pod.get("phase") != "Succeeded":
+            continue
+        failure = classify_pod(pod, pod_events.get(str(pod.get("name")), []), nodes, unread_nodes)
+        ref = pod_ref(pod)
+        node_row = next((c for c in pod.get("containers", []) if c.get("name") == "node"), None)
+        exited = (
+            [
+                evidence_row(
+                    ref,
+                    f"status.containerStatuses[{node_row['name']}].state.terminated",
+                    f"{node_row.get('terminated')} (exit code {node_row.get('exit_code')})",
+                    node_row.get("finished_at"),
+                )
+            ]
+            if node_row and node_row.get("terminated")
+            else []
+        )
+        if failure is not None and failure.cause in _DISRUPTED:
+            found.append((pod.get("rank"), _DISRUPTED[failure.cause], failure.evidence + exited))
+            continue
+        deleted_at = deletion_requested(pod)
+        finished = parse_time((node_row or {}).get("finished_at"))
+        if deleted_at is not None and (finished is None or finished >= deleted_at - timedelta(seconds=1)):
+            what = "was stopped by the deletion of its pod"
+            ev = [evidence_row(ref, "metadata.deletionTimestamp", pod.get("deleting"), iso(deleted_at))]
+            found.append((pod.get("rank"), what, ev + exited))
+    found.sort(key=lambda item: item[0] if isinstance(item[0], int) else -1)
+    return found

@@ -27,6 +27,7 @@ from jobs.supervision.status.readers import (
     labels_of,
     meta_of,
     name_of,
+    object_ref,
     pod_ref,
 )
 from jobs.waits import parse_time
@@ -96,6 +97,66 @@ def create_failures(
         status.evidence = ev + status.evidence
         status.stop = True
         return
+
+
+def jobset_create_failures(
+    status: DerivedStatus,
+    events: Sequence[EventView],
+    jobset: Mapping[str, Any],
+    jobs: Sequence[Mapping[str, Any]],
+    restart_attempt: int,
+    ctx: Context,
+) -> None:
+    """A JobSet that cannot create its Jobs (the API server refuses each: a pod template the Job API rejects,
+    an admission denial, a quota on Jobs): its Warning JobCreationFailed events [J: jobset_controller.go
+    reconcileReplicatedJobs] newer than the newest Job of the current restart attempt. Waits like
+    create_failures ("exceeded quota" is no capacity, anything else a configuration error, 15 s), then fails
+    the execution, which dispatch stops. Before, such a job read `queued: the JobSet's pods are being
+    created` for ever (status-facts §10 lists JobCreationFailed as config-error evidence)."""
+    name, uid = name_of(jobset), str(meta_of(jobset).get("uid") or "")
+    streak = [
+        e
+        for e in events
+        if e.kind == "JobSet"
+        and e.reason == "JobCreationFailed"
+        and e.name == name
+        and (not e.uid or not uid or e.uid == uid)
+    ]
+    if not streak:
+        return
+    made = [
+        parse_time(meta_of(j).get("creationTimestamp"))
+        for j in jobs
+        if (as_int(labels_of(j).get(RESTART_ATTEMPT)) or 0) == restart_attempt
+    ]
+    newest_job = max((m for m in made if m), default=None)
+    after = [
+        e
+        for e in streak
+        if e.at is not None and (newest_job is None or e.at.replace(microsecond=0) > newest_job)
+    ]
+    if not after:
+        return  # a Job was made after the last failure: resolved
+    latest = max(after, key=lambda e: e.at or datetime.min.replace(tzinfo=UTC))
+    since = min(e.first or e.at or ctx.now for e in after)
+    if newest_job is not None and since < newest_job:
+        since = newest_job
+    quota = "exceeded quota" in latest.message
+    threshold = ctx.thresholds.no_capacity_after if quota else ctx.thresholds.resources_failed_after
+    status.queued_reason = {"reason": "jobs-not-created", "message": latest.message, "since": iso(since)}
+    waited = (ctx.now - since).total_seconds()
+    if waited < threshold:
+        recheck(status, since, threshold)
+        return
+    ref = object_ref("JobSet", jobset)
+    status.state = FAILED
+    status.cause = NO_CAPACITY if quota else CONFIG_ERROR
+    status.message = f"the JobSet could not create its Jobs for {int(waited)} s: {latest.message}"
+    status.evidence = [
+        evidence_row(ref, "event[JobCreationFailed]", latest.message, latest.at),
+        *status.evidence,
+    ]
+    status.stop = True
 
 
 def recheck(status: DerivedStatus, since: datetime, threshold: float) -> None:

@@ -67,6 +67,30 @@ def test_plan_creates_nothing_and_shows_what_start_would_create(
     assert not Job.objects.exists()
 
 
+def test_a_gpu_requested_without_a_limit_is_refused_before_anything_is_created(
+    kube: Any, namespace: str, submitter: tuple[User, str], namespaced_runtime: Callable[..., Any]
+) -> None:
+    """The live case: nvidia.com/gpu requested without a limit passed plan and start, the API server then
+    refused every Job (the JobSet's JobCreationFailed), and the job read `queued` for ever. Now the plan
+    refuses it (resources-invalid, naming the field) and the submission is a 422 that creates nothing."""
+    namespaced_runtime()
+    body = _body(namespace, resources_per_node={"requests": {"nvidia.com/gpu": "1"}})
+    planned = _api(submitter[1]).post("/api/v1/plan", body, format="json")
+    assert planned.status_code == 200, planned.json()
+    assert planned.json()["refused"] is True
+    (reason,) = planned.json()["reasons"]
+    assert (reason["code"], reason["path"], reason["waived"]) == (
+        "resources-invalid",
+        "resources_per_node.limits",
+        False,
+    )
+    assert "Limit must be set for non overcommitable resources" in reason["message"]
+    submitted = _api(submitter[1]).post("/api/v1/jobs", body, format="json")
+    assert submitted.status_code == 422, submitted.json()
+    assert [r["code"] for r in submitted.json()["reasons"]] == ["resources-invalid"]
+    assert _listed(kube, namespace, "trainjobs") == []
+
+
 def test_start_creates_the_copy_and_the_trainjob_and_pods_carry_the_identity(
     kube: Any,
     namespace: str,

@@ -92,6 +92,33 @@ def test_an_unknown_queue_is_refused_with_queue_not_found_and_nothing_is_created
     assert _trainjobs(kube, ns) == []
 
 
+def test_a_job_asking_more_than_its_cluster_queue_can_ever_admit_is_refused(
+    kube: Kube,
+    kueue_queue: KueueQueue,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """2 GPUs per node on 2 nodes, on a ClusterQueue of 2 GPUs without a cohort: Kueue could never admit it.
+    Was: accepted (the plan itself said "it can never be admitted") and `queued` for ever. Now 422, nothing
+    created."""
+    ns = kueue_queue.namespace
+    gpus = {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}
+    body = job_body(ns, queue_name=kueue_queue.name, resources_per_node=gpus)
+    response = _post(submitter[1], body, django_capture_on_commit_callbacks)
+    assert response.status_code == 422, response.json()
+    assert response.json()["reasons"] == [
+        {
+            "code": "queue-over-capacity",
+            "message": f"the job requests nvidia.com/gpu 4 in total, more than ClusterQueue "
+            f"{kueue_queue.cluster_queue} can ever admit (nominal quota plus borrowing limit): at most 2 in "
+            "flavor dispatch-kwok",
+            "path": "queue_name",
+            "waived": False,
+        }
+    ]
+    assert _trainjobs(kube, ns) == []
+
+
 def test_a_priority_class_the_namespace_is_not_allowed_is_refused(
     kube: Kube,
     kueue_queue: KueueQueue,

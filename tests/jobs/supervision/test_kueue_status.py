@@ -131,3 +131,77 @@ def test_a_workload_waiting_for_quota_says_so_with_its_queue() -> None:
 def test_a_pending_workload_without_a_quota_condition_waits_for_quota() -> None:
     status = derive(objects("pending-equivalent-no-condition"))
     assert status.queued_reason["reason"] == "awaiting-quota"
+
+
+# ---------------------------------------------------------------- Workloads Kueue will never run
+
+
+def _pending_with(condition: dict[str, Any]) -> list[dict[str, Any]]:
+    """The recorded pending job, its Workload's condition of that type replaced (or added)."""
+    items = objects("pending-insufficient-quota")
+    wl = workload(items)
+    kept = [c for c in wl["status"]["conditions"] if c["type"] != condition["type"]]
+    wl["status"]["conditions"] = [*kept, condition]
+    return items
+
+
+def test_a_workload_kueue_could_not_start_ends_the_job_config_error() -> None:
+    """Kueue admitted it, could not unsuspend the TrainJob for a permanent reason, and marked the Workload
+    Finished FailedToStart [Q: jobframework/reconciler.go]: nothing will ever run it. Was: `queued` for
+    ever."""
+    items = _pending_with(
+        {
+            "type": "Finished",
+            "status": "True",
+            "reason": "FailedToStart",
+            "message": "invalid podSetsInfo: expecting 1 podset, got 2",
+            "lastTransitionTime": "2026-12-01T08:50:00Z",
+        }
+    )
+    status = derive(items)
+    assert (status.state, status.cause, status.stop) == (st.FAILED, st.CONFIG_ERROR, True)
+    assert "Kueue could not start the TrainJob and gave up: invalid podSetsInfo" in status.message
+    assert [e["field"] for e in status.evidence] == ["status.conditions[Finished]"]
+    assert status.evidence[0]["value"].startswith("FailedToStart: ")
+
+
+def test_an_inadmissible_workload_waits_then_ends_the_job_config_error() -> None:
+    """QuotaReserved=False Inadmissible (its ClusterQueue is missing [Q: core/workload_controller.go]): the
+    job is queued with Kueue's words until INADMISSIBLE_AFTER_SECONDS, then fails config-error and dispatch
+    stops it. Was: `queued` for ever."""
+    since = "2026-12-01T08:57:00Z"  # 3 minutes before NOW
+    items = _pending_with(
+        {
+            "type": "QuotaReserved",
+            "status": "False",
+            "reason": "Inadmissible",
+            "message": "ClusterQueue gone-queue is terminating or missing",
+            "lastTransitionTime": since,
+        }
+    )
+    waiting = derive(items)
+    assert (waiting.state, waiting.queued_reason["reason"]) == (st.QUEUED, "inadmissible")
+    assert waiting.recheck_at == datetime(2026, 12, 1, 9, 2, tzinfo=UTC)  # since + 300 s
+    ended = st.derive(items, st.Context(now=datetime(2026, 12, 1, 9, 2, tzinfo=UTC), attempt=1))
+    assert (ended.state, ended.cause, ended.stop) == (st.FAILED, st.CONFIG_ERROR, True)
+    assert ended.message == (
+        "Kueue could not admit the Workload for 300 s: ClusterQueue gone-queue is terminating or missing"
+    )
+    assert ended.evidence[0]["field"] == "status.conditions[QuotaReserved]"
+
+
+def test_a_stopped_queue_and_plain_waiting_for_quota_never_end_the_job() -> None:
+    """A queue the platform team stopped is a hold it can lift, and quota may free up: both wait, however
+    long."""
+    late = st.Context(now=datetime(2026, 12, 31, tzinfo=UTC), attempt=1)
+    stopped = _pending_with(
+        {
+            "type": "QuotaReserved",
+            "status": "False",
+            "reason": "Inadmissible",
+            "message": "ClusterQueue dispatch is stopped",
+            "lastTransitionTime": "2026-12-01T08:49:04Z",
+        }
+    )
+    assert st.derive(stopped, late).state == st.QUEUED
+    assert st.derive(objects("pending-insufficient-quota"), late).state == st.QUEUED

@@ -597,10 +597,11 @@ def test_a_queued_job_skipped_while_its_namespace_lists_is_judged_once_the_lists
     listed yet. A skipped execution used to leave the cycle's due set, and a queued job changes nothing by
     itself: when the last list to come in (here the Events') brought nothing of it, it waited for the full
     re-read (60 s). The Kueue bench's job took 17 s to be observed on an idle machine and over 60 s under
-    load. Now it stays due, and an informer's first list wakes the supervisor. The job asks more GPUs than
-    its queue has, so Kueue never admits it: nothing of it changes. The Events' first list is held back
-    until released and brings nothing (a slow list the API server does not produce on demand); every other
-    list is real."""
+    load. Now it stays due, and an informer's first list wakes the supervisor. The job waits for the GPUs a
+    running job holds, so Kueue does not admit it: nothing of it changes. (A job asking more than its queue
+    can ever give is refused at plan now, queue-over-capacity.) The Events' first list is held back until
+    released and brings nothing (a slow list the API server does not produce on demand); every other list
+    is real."""
     import threading
 
     from cluster import gateway
@@ -621,10 +622,21 @@ def test_a_queued_job_skipped_while_its_namespace_lists_is_judged_once_the_lists
             finally:
                 self._keep = keep
 
-    two_gpus = {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}
+    gpu = {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
+    holder = submit_job(
+        submitter[1],
+        queue_job_body(kueue_queue, resources_per_node=gpu, env={"KWOK_STAY_RUNNING": "1"}),
+        django_capture_on_commit_callbacks,
+    )
+    wait_workload(
+        kube,
+        get_trainjob(kube, kueue_queue.namespace, Execution.objects.get(job_id=holder).trainjob_name),
+        admitted,
+        "admitted",
+    )
     job_id = submit_job(
         submitter[1],
-        queue_job_body(kueue_queue, resources_per_node=two_gpus),
+        queue_job_body(kueue_queue, resources_per_node=gpu),
         django_capture_on_commit_callbacks,
     )
     execution = Execution.objects.get(job_id=job_id, attempt=1)

@@ -266,6 +266,15 @@ CASES = [
         rank=1,
         evidence=[(pod(P1), "PreemptionByScheduler")],
     ),
+    # §10 precedence 3: exit 143 after the pod's deletion was asked for is the kill, never the cause; with
+    # nothing else observed, the failure is unknown and the kills are its evidence (was: app-error 143).
+    Case(
+        "killed-by-deletion.yaml",
+        st.FAILED,
+        st.UNKNOWN_FAILURE,
+        rank=1,
+        evidence=[(pod(P1), "metadata.deletionTimestamp"), (pod(P0), "metadata.deletionTimestamp")],
+    ),
     Case("cancelled-trainjob-deleting.yaml", st.CANCELLED, st.CANCELLED),
     Case("cancelled-trainjob-gone.yaml", st.CANCELLED, st.CANCELLED),
     Case("jobset-restart.yaml", st.RUNNING, None, evidence=[(f"JobSet {NS}/{TJ}", "status.restarts")]),
@@ -304,6 +313,88 @@ def test_every_cause_has_a_case() -> None:
         st.UNKNOWN_FAILURE,
     }
     assert causes <= covered
+
+
+# --- a kill is evidence, never the cause
+
+
+def test_a_rank_killed_by_its_pods_deletion_is_evidence_under_the_real_cause() -> None:
+    """The app error of rank 1 is the cause when rank 0's 143 came from its pod's deletion, even though the
+    kill's time is earlier (the Job controller deleted rank 0 as soon as rank 1's pod was seen failing, and
+    the kubelet reported rank 1's exit a second later): the kill is listed under it."""
+    items = objects("killed-by-deletion.yaml")
+    rank1 = next(o for o in items if o["metadata"]["name"] == P1)
+    rank1["metadata"].pop("deletionTimestamp")
+    rank1["status"]["containerStatuses"][0]["state"]["terminated"].update(
+        exitCode=3, finishedAt="2026-09-01T10:05:05Z"
+    )
+    status = derive(items, Context(now=LATER))
+    assert (status.state, status.cause, status.rank, status.exit_code) == (st.FAILED, st.APP_ERROR, 1, 3)
+    assert has_evidence(status, pod(P0), "metadata.deletionTimestamp"), status.evidence
+
+
+def test_a_143_before_the_deletion_was_asked_for_is_still_the_applications() -> None:
+    """A container that ended 143 before its pod's deletion was asked for was not killed by it: app-error."""
+    items = objects("killed-by-deletion.yaml")
+    for obj in items:
+        if obj.get("kind") == "Pod":
+            obj["metadata"]["deletionTimestamp"] = "2026-09-01T10:06:30Z"  # asked for at 10:06:00
+    status = derive(items, Context(now=LATER))
+    assert (status.state, status.cause, status.rank, status.exit_code) == (st.FAILED, st.APP_ERROR, 1, 143)
+
+
+def test_a_preempted_rank_that_exited_0_is_evidence_and_a_warning_on_a_success() -> None:
+    """§12: a rank whose application exits 0 on SIGTERM completes its index, so the job succeeds; the
+    preemption is on the status as evidence, in the message, and as a warning (was: succeeded, no word)."""
+    status = run("preempted-exit0-complete.yaml")
+    assert (status.state, status.cause) == (st.SUCCEEDED, None)
+    assert has_evidence(status, pod(P1), "PreemptionByScheduler"), status.evidence
+    assert has_evidence(status, pod(P1), "exit code 0"), status.evidence
+    assert "rank 1 was preempted and exited 0" in status.message, status.message
+    assert [(w["kind"], w["object"]) for w in status.warnings] == [("disruption", pod(P1))]
+    assert "exited 0 on SIGTERM" in status.warnings[0]["message"]
+    # Without the disruption, a success says nothing more.
+    plain = run("succeeded.yaml")
+    assert (plain.evidence, plain.warnings) == ([], [])
+
+
+# --- a JobSet that cannot create its Jobs
+
+
+def test_a_jobset_that_cannot_create_its_jobs_waits_then_fails_config_error() -> None:
+    """JobCreationFailed on the JobSet, repeated with backoff (its series): queued with the API server's
+    words for RESOURCES_FAILED_AFTER (15 s) from the first, then config-error with the event as evidence,
+    and dispatch stops the TrainJob. Was: `queued awaiting-pods "the JobSet's pods are being created"` for
+    ever."""
+    waiting = run("jobset-job-creation-failed.yaml", now=at("10:00:10"))
+    assert waiting.state == st.QUEUED
+    assert waiting.queued_reason["reason"] == "jobs-not-created"
+    assert "Limit must be set for non overcommitable resources" in waiting.queued_reason["message"]
+    assert waiting.recheck_at == at("10:00:16").replace(microsecond=200000)  # first seen 10:00:01.2 + 15 s
+    failed = run("jobset-job-creation-failed.yaml")
+    assert (failed.state, failed.cause, failed.stop) == (st.FAILED, st.CONFIG_ERROR, True)
+    assert failed.message.startswith("the JobSet could not create its Jobs for ")
+    assert has_evidence(failed, f"JobSet {NS}/{TJ}", "Limit must be set for non overcommitable resources")
+
+
+def test_a_job_made_after_the_last_creation_failure_resolves_it() -> None:
+    items = objects("jobset-job-creation-failed.yaml")
+    items.append(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": f"{TJ}-node-0",
+                "namespace": NS,
+                "uid": "9e41b7c2-3d5f-4a8b-b0c1-4c3a00000003",
+                "creationTimestamp": "2026-09-01T10:02:30Z",  # after the last failure, 10:02:10
+                "labels": {"jobset.sigs.k8s.io/restart-attempt": "0", "dispatch.dev/job": "jq7xk2mf4ab"},
+            },
+            "status": {},
+        }
+    )
+    status = derive(items, Context(now=LATER))
+    assert status.state == st.QUEUED and status.queued_reason["reason"] == "awaiting-pods", status.message
 
 
 # --- unknown-failure: only when nothing explains the failure, with the raw conditions kept
