@@ -150,10 +150,10 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "dispatch_site.api.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     "DEFAULT_THROTTLE_CLASSES": ["dispatch_site.throttles.ApiUserThrottle"],
-    # The client address throttles count by: REMOTE_ADDR, or with N proxies in front the Nth
-    # X-Forwarded-For entry from the right (never a value the client alone chose).
-    "NUM_PROXIES": CONFIG.num_proxies,
 }
+# The proxies whose X-Forwarded-For entries are believed (dispatch_site.client_address): the client address
+# the throttles and the audit log use is REMOTE_ADDR unless the request came through one of them.
+TRUSTED_PROXIES = list(CONFIG.trusted_proxies)
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "dispatch API",
