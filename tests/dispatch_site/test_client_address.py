@@ -50,6 +50,6 @@ def test_a_bad_proxy_entry_is_one_clear_error() -> None:
 def test_a_proxy_count_is_refused_with_what_to_set_instead() -> None:
     """A count cannot tell a proxy from a client that bypasses it: NUM_PROXIES (what the example deployment
     set) is refused at start, naming TRUSTED_PROXIES, rather than silently trusting nobody."""
-    with pytest.raises(ConfigError, match="NUM_PROXIES='1' is no longer read.*TRUSTED_PROXIES"):
+    with pytest.raises(ConfigError, match=r"NUM_PROXIES='1' is no longer read.*TRUSTED_PROXIES"):
         load_config({"DEBUG": "1", "NUM_PROXIES": "1"})
     assert load_config({"DEBUG": "1", "NUM_PROXIES": "0"}).trusted_proxies == ()
