@@ -80,6 +80,9 @@ class Config:
     # The Celery worker runs this many tasks at once, in threads (a start waits on the API server); the
     # Kubernetes client keeps as many connections.
     worker_concurrency: int = DEFAULT_WORKER_CONCURRENCY
+    # Celery's remote control (broadcast commands such as shutdown, pool_shrink, revoke, add_consumer over the
+    # broker): off, since any writer to the broker could send them; a harness that pings its worker sets it.
+    worker_remote_control: bool = False
 
 
 def _parse_bool(name: str, raw: str) -> bool:
@@ -352,6 +355,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
         long_requests_per_process=long_per_process,
         long_requests_per_user=long_per_user,
         worker_concurrency=worker_concurrency,
+        worker_remote_control=_parse_bool("WORKER_REMOTE_CONTROL", env.get("WORKER_REMOTE_CONTROL", "false")),
         debug=debug,
         secret_key=secret_key,
         allowed_hosts=allowed_hosts,
