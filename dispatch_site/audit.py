@@ -17,12 +17,15 @@ def audit_event(
     object_type: str,
     object_id: str,
     details: dict[str, Any] | None = None,
+    actor_name: str | None = None,
 ) -> AuditEvent:
-    """The audit row, not yet saved: for a caller that writes it together with the rows it records."""
+    """The audit row, not yet saved: for a caller that writes it together with the rows it records.
+    `actor_name`: who acted when no user did ("anonymous" for a login that failed); "system" otherwise."""
     user = actor if isinstance(actor, User) else None
+    name = user.get_username() if user is not None else (actor_name or "system")
     return AuditEvent(
         actor=user,
-        actor_name=user.get_username() if user is not None else "system",
+        actor_name=name[:150],
         action=action,
         object_type=object_type,
         object_id=str(object_id),
@@ -37,9 +40,15 @@ def audit_record(
     object_type: str,
     object_id: str,
     details: dict[str, Any] | None = None,
+    actor_name: str | None = None,
 ) -> AuditEvent:
     event = audit_event(
-        actor=actor, action=action, object_type=object_type, object_id=object_id, details=details
+        actor=actor,
+        action=action,
+        object_type=object_type,
+        object_id=object_id,
+        details=details,
+        actor_name=actor_name,
     )
     event.save(force_insert=True)
     return event

@@ -51,7 +51,9 @@ class Config:
     login_rate_user: str | None = "10/m"
     login_rate_address: str | None = "30/m"
     api_rate_user: str | None = "3000/m"
-    num_proxies: int = 0
+    # The reverse proxies in front of dispatch (addresses or CIDRs): only they may say, in X-Forwarded-For,
+    # whom a request came from (dispatch_site.client_address).
+    trusted_proxies: tuple[str, ...] = ()
     secure_ssl_redirect: bool = False
     secure_proxy_ssl_header: tuple[str, str] | None = None
     hsts_seconds: int = 0
@@ -79,6 +81,9 @@ class Config:
     # The Celery worker runs this many tasks at once, in threads (a start waits on the API server); the
     # Kubernetes client keeps as many connections.
     worker_concurrency: int = DEFAULT_WORKER_CONCURRENCY
+    # Celery's remote control (broadcast commands such as shutdown, pool_shrink, revoke, add_consumer over the
+    # broker): off, since any writer to the broker could send them; a harness that pings its worker sets it.
+    worker_remote_control: bool = False
 
 
 def _parse_bool(name: str, raw: str) -> bool:
@@ -124,6 +129,26 @@ def _parse_schedule(name: str, raw: str) -> tuple[float, ...]:
     if not values or any(v <= 0 for v in values):
         raise ConfigError(f"{name}={raw!r}: expected at least one positive number of seconds")
     return values
+
+
+def _parse_trusted_proxies(env: Mapping[str, str]) -> tuple[str, ...]:
+    """TRUSTED_PROXIES: comma-separated addresses or CIDRs of the proxies in front of dispatch. NUM_PROXIES (a
+    count of proxies) is refused when above 0: a count cannot tell a proxy from a client that bypasses it."""
+    from dispatch_site.client_address import BadProxy, parse_networks
+
+    raw = env.get("TRUSTED_PROXIES", "")
+    try:
+        networks = parse_networks(raw.split(","))
+    except BadProxy as exc:
+        raise ConfigError(f"TRUSTED_PROXIES={raw!r}: {exc}") from None
+    count = env.get("NUM_PROXIES", "0").strip() or "0"
+    if count != "0":
+        raise ConfigError(
+            f"NUM_PROXIES={count!r} is no longer read: a count of proxies lets a client that bypasses them "
+            "choose its own address; list the proxies' addresses or CIDRs in TRUSTED_PROXIES instead (e.g. "
+            "TRUSTED_PROXIES=10.0.0.0/8), and unset NUM_PROXIES"
+        )
+    return tuple(str(n) for n in networks)
 
 
 def _parse_proxy_ssl_header(raw: str) -> tuple[str, str] | None:
@@ -264,7 +289,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
     login_rate_user = _parse_rate("THROTTLE_LOGIN_USER", env.get("THROTTLE_LOGIN_USER", "10/m"))
     login_rate_address = _parse_rate("THROTTLE_LOGIN_ADDRESS", env.get("THROTTLE_LOGIN_ADDRESS", "30/m"))
     api_rate_user = _parse_rate("THROTTLE_API_USER", env.get("THROTTLE_API_USER", "3000/m"))
-    num_proxies = _parse_int("NUM_PROXIES", env.get("NUM_PROXIES", "0"), 0)
+    trusted_proxies = _parse_trusted_proxies(env)
     proxy_ssl_header = _parse_proxy_ssl_header(env.get("SECURE_PROXY_SSL_HEADER", ""))
     ssl_redirect = _parse_bool(
         "SECURE_SSL_REDIRECT", env.get("SECURE_SSL_REDIRECT", "false" if debug else "true")
@@ -335,6 +360,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
         long_requests_per_process=long_per_process,
         long_requests_per_user=long_per_user,
         worker_concurrency=worker_concurrency,
+        worker_remote_control=_parse_bool("WORKER_REMOTE_CONTROL", env.get("WORKER_REMOTE_CONTROL", "false")),
         debug=debug,
         secret_key=secret_key,
         allowed_hosts=allowed_hosts,
@@ -348,7 +374,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
         login_rate_user=login_rate_user,
         login_rate_address=login_rate_address,
         api_rate_user=api_rate_user,
-        num_proxies=num_proxies,
+        trusted_proxies=trusted_proxies,
         secure_ssl_redirect=ssl_redirect,
         secure_proxy_ssl_header=proxy_ssl_header,
         hsts_seconds=hsts_seconds,

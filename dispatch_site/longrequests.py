@@ -28,6 +28,8 @@ from django.conf import settings
 from rest_framework import status
 from rest_framework.exceptions import APIException, Throttled
 
+from dispatch_site.redisclient import client_for
+
 logger = logging.getLogger(__name__)
 
 # A slot held longer than this is taken for a dead holder's: the longest long request (exec: 600 s) + margin.
@@ -69,22 +71,9 @@ return 1
 """
 
 
-_clients: dict[str, redis.Redis] = {}
-
-
 def _redis() -> redis.Redis:
-    """The process's client for REDIS_URL. Its pool keeps the connections: a new client per call made two
-    connections per long request (TCP, then the HELLO handshake and health check), 8 of an execute's 27 ms.
-    redis-py's pool is thread-safe, reconnects after a Redis restart, and starts afresh in a forked child."""
-    url = settings.REDIS_URL
-    client = _clients.get(url)
-    if client is None:
-        with _process_lock:
-            client = _clients.get(url)
-            if client is None:
-                client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
-                _clients[url] = client
-    return client
+    """The process's client for REDIS_URL (dispatch_site.redisclient)."""
+    return client_for(settings.REDIS_URL)
 
 
 def _user_key(user: Any) -> str:

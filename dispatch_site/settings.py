@@ -150,10 +150,10 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "dispatch_site.api.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     "DEFAULT_THROTTLE_CLASSES": ["dispatch_site.throttles.ApiUserThrottle"],
-    # The client address throttles count by: REMOTE_ADDR, or with N proxies in front the Nth
-    # X-Forwarded-For entry from the right (never a value the client alone chose).
-    "NUM_PROXIES": CONFIG.num_proxies,
 }
+# The proxies whose X-Forwarded-For entries are believed (dispatch_site.client_address): the client address
+# the throttles and the audit log use is REMOTE_ADDR unless the request came through one of them.
+TRUSTED_PROXIES = list(CONFIG.trusted_proxies)
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "dispatch API",
@@ -206,6 +206,11 @@ CELERY_WORKER_CONCURRENCY = CONFIG.worker_concurrency
 # sweep starts (or deletes) again what was accepted and not done.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 4
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A broker message is a request, never an order (jobs.submission.cancel.delete_intended): the tasks check the
+# database. Celery's remote control commands (shutdown, pool_shrink, revoke, add_consumer, ...) are broadcast
+# over the same broker and obeyed as they come, so the workers do not listen for them unless asked
+# (WORKER_REMOTE_CONTROL; the start-throughput bench pings its worker).
+CELERY_WORKER_ENABLE_REMOTE_CONTROL = CONFIG.worker_remote_control
 # Celery's Django fixup closes every database connection around every task unless this is set; it then closes
 # them every 2 x this many tasks. Connections are kept and checked per task instead (dispatch_site.celery).
 CELERY_DB_REUSE_MAX = 1_000_000

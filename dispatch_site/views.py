@@ -24,6 +24,7 @@ from rest_framework.views import APIView
 
 from dispatch_site import roles, selectors, services
 from dispatch_site.api import CreatedCursorPagination, DetailSerializer, StrictSerializer
+from dispatch_site.audit import audit_record
 from dispatch_site.models import ApiToken, AuditEvent
 from dispatch_site.permissions import IsPlatform
 from dispatch_site.schema import NOT_BLANK
@@ -97,15 +98,17 @@ def audit_page(request: HttpRequest) -> HttpResponse:
 
 
 class LoginView(auth_views.LoginView):
-    """Django's login page. Failed attempts are counted (dispatch_site.throttles.LoginFailures); a login whose
-    username or address failed too often answers 429 + Retry-After without checking the password, except
-    from an address the user logged in from before (a stranger cannot lock the user out)."""
+    """Django's login page. Each attempt takes its place on the failure counters before the password is
+    checked, in one atomic step (dispatch_site.throttles.LoginFailures); a login whose username or address
+    failed too often answers 429 + Retry-After without checking the password, except from an address the user
+    logged in from before (a stranger cannot lock the user out). Every login, every failure and every lockout
+    that begins is in the audit log, with the client's address."""
 
     redirect_authenticated_user = True
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         self.failures = LoginFailures(request)
-        wait = self.failures.retry_after()
+        wait = self.failures.take()
         if wait is not None:
             context = self.get_context_data(form=self.get_form_class()(request), throttled_for=wait)
             response = self.render_to_response(context, status=429)
@@ -114,12 +117,47 @@ class LoginView(auth_views.LoginView):
         return super().post(request, *args, **kwargs)
 
     def form_invalid(self, form: Any) -> HttpResponse:
-        self.failures.failed()
+        filled = self.failures.failed()
+        username = str(self.request.POST.get("username", ""))[:150]
+        where = {"address": self.failures.client_address}
+        audit_record(
+            actor=None,
+            actor_name="anonymous",
+            action="login.fail",
+            object_type="user",
+            object_id=username,
+            details=where,
+        )
+        if filled:
+            audit_record(
+                actor=None,
+                actor_name="anonymous",
+                action="login.lockout",
+                object_type="user",
+                object_id=username,
+                details={
+                    **where,
+                    "counters": filled,
+                    "rates": {name: settings.THROTTLE_RATES.get(_RATE_OF[name]) for name in filled},
+                },
+            )
         return super().form_invalid(form)
 
     def form_valid(self, form: Any) -> HttpResponse:
         self.failures.succeeded()
+        user = form.get_user()
+        audit_record(
+            actor=user,
+            action="login",
+            object_type="user",
+            object_id=user.get_username(),
+            details={"address": self.failures.client_address},
+        )
         return super().form_valid(form)
+
+
+# Which rate each login counter is counted at (dispatch_site.throttles.LoginFailures).
+_RATE_OF = {"pair": "login-user", "username": "login-user", "address": "login-address"}
 
 
 # ---------------------------------------------------------------- API tokens

@@ -458,7 +458,7 @@ class SiteSettingsApi(APIView):
 
     @extend_schema(responses=SiteSettingsSerializer, summary="The site settings the rules use")
     def get(self, request: Request) -> Response:
-        return Response(SiteSettingsSerializer(SiteSettings.load()).data)
+        return Response(SiteSettingsSerializer(selectors.site_settings_seen_by(request.user)).data)
 
     @extend_schema(
         request=SiteSettingsSerializer, responses=SiteSettingsSerializer, summary="Change site settings"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -36,6 +37,27 @@ def forget_cached_reads() -> None:
 
 def site_settings(*, max_age: float = 0.0) -> SiteSettings:
     return _site_cache.get("site", max_age, SiteSettings.load)
+
+
+# The site settings keyed by namespace: which namespaces exist and what their queues are called belong to the
+# teams granted them.
+PER_NAMESPACE_SETTINGS = ("kueue_default_queues", "kueue_priority_classes")
+
+
+def site_settings_seen_by(user: AnyUser, site: SiteSettings | None = None) -> SiteSettings:
+    """The site settings as `user` may read them: the platform role reads them all; anybody else reads, of
+    the per-namespace settings, the "*" entry and the entries of the namespaces granted to them (another
+    team's namespace names and queue names are that team's). An unsaved copy: never written back."""
+    site = site or SiteSettings.load()
+    if roles.is_platform(user):
+        return site
+    readable = roles.namespace_reader(user)
+    seen = copy.copy(site)
+    for name in PER_NAMESPACE_SETTINGS:
+        entries = getattr(site, name) or {}
+        shown = {ns: v for ns, v in entries.items() if ns == roles.ALL_NAMESPACES or readable(ns)}
+        setattr(seen, name, shown)
+    return seen
 
 
 def site_rules(site: SiteSettings | None = None) -> SiteRules:

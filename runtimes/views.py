@@ -110,7 +110,7 @@ def settings_page(request: HttpRequest) -> HttpResponse:
             messages.success(request, "Site settings saved.")
             return redirect("dashboard:settings")
         return render(request, "runtimes/settings.html", {"nav": "runtimes", "form": form}, status=400)
-    form = SiteSettingsForm(instance=site)
+    form = SiteSettingsForm(instance=selectors.site_settings_seen_by(request.user, site))
     if not roles.is_platform(request.user):
         for field in form.fields.values():
             field.disabled = True

@@ -249,7 +249,8 @@ def _worker(env: dict[str, str], log: Path, index: int = 0) -> subprocess.Popen[
     command = celery_worker_command(threads, f"bench{index}@%h", PREFETCH)
     out = log.open("ab")
     repo = Path(__file__).resolve().parent.parent
-    worker_env = os.environ | env | {"WORKER_CONCURRENCY": str(threads)}
+    # _wait_worker_ready pings it: Celery's remote control, off by default (dispatch_site.settings).
+    worker_env = os.environ | env | {"WORKER_CONCURRENCY": str(threads), "WORKER_REMOTE_CONTROL": "1"}
     return subprocess.Popen(command, cwd=repo, env=worker_env, stdout=out, stderr=subprocess.STDOUT)
 
 

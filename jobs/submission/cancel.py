@@ -207,21 +207,38 @@ def job_cancel(*, actor: Any, job: Job) -> Job:
     return job
 
 
+def delete_intended(execution: Execution) -> bool:
+    """Did dispatch decide to remove this execution's objects? Every path that does (a cancel, a refusal or a
+    failure at start, a terminal failure, a stop supervision decided, a retry) records delete_requested_at
+    in the transaction that decides it, before the message is sent. A delete message alone is a request,
+    never an order: anyone who can write to the broker can send one, for any execution id (they are
+    sequential), so the delete acts only on what the database says was intended. A succeeded job's TrainJob
+    is kept (its pods hold the logs), and a message cannot take it either."""
+    return execution.delete_requested_at is not None
+
+
 def execution_delete(*, execution_id: int) -> None:
     execution = Execution.objects.select_related("job").filter(pk=execution_id).first()
     if execution is None:
+        return
+    if not delete_intended(execution):
+        logger.warning(
+            "execution %s (job %s): a delete message arrived that nothing in the database asked for (no "
+            "delete requested); ignored",
+            execution.pk,
+            execution.job_id,
+        )
         return
     execution_objects_delete(execution.job, execution, retry_transient=True)
 
 
 def execution_delete_gave_up(*, execution_id: int, error: str) -> None:
-    """The delete task's retries are exhausted: say so on the job's timeline; the sweep tries again."""
+    """The delete task's retries are exhausted: say so on the job's timeline; the sweep tries again. Only for
+    a delete that was asked for: a message's retry count is the sender's to write, and never turns into a
+    recorded request the sweep would then carry out."""
     execution = Execution.objects.select_related("job").filter(pk=execution_id).first()
-    if execution is None:
+    if execution is None or not delete_intended(execution):
         return
-    Execution.objects.filter(pk=execution.pk, delete_requested_at__isnull=True).update(
-        delete_requested_at=timezone.now()
-    )
     job_event(
         execution.job,
         "delete-pending",

@@ -355,7 +355,7 @@ def test_the_example_overlays_grants_are_generated_from_its_namespace_list() -> 
     assert result.returncode == 0, result.stderr
 
 
-def test_the_example_overlay_carries_no_secret_key_and_sets_the_proxy_count_its_ingress_implies(
+def test_the_example_overlay_carries_no_secret_key_and_trusts_the_proxies_its_ingress_implies(
     example_manifests: list[dict[str, Any]],
 ) -> None:
     for obj in example_manifests:
@@ -363,7 +363,9 @@ def test_the_example_overlay_carries_no_secret_key_and_sets_the_proxy_count_its_
     [config] = select(example_manifests, "ConfigMap", name="dispatch-config")
     [ingress] = select(example_manifests, "Ingress")
     assert ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] == "dispatch-web"
-    assert config["data"]["NUM_PROXIES"] == "1"  # one ingress controller appends the client's address
+    # The ingress controller's pods (the pod network) are the proxies whose X-Forwarded-For is believed.
+    assert config["data"]["TRUSTED_PROXIES"] == "10.0.0.0/8"
+    assert "NUM_PROXIES" not in config["data"]
     assert config["data"]["SECURE_PROXY_SSL_HEADER"] == "X-Forwarded-Proto=https"
     assert config["data"]["DEBUG"] == "false"
 

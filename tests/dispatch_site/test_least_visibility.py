@@ -24,7 +24,7 @@ from dispatch_site.audit import audit_record
 from dispatch_site.services import user_create
 from jobs.models import Job, JobState, Session, SupervisorCycle
 from jobs.observability.models import WebhookEndpoint
-from runtimes.models import AllowListEntry, RuntimeVerdict
+from runtimes.models import AllowListEntry, RuntimeVerdict, SiteSettings
 from runtimes.services import runtime_verdict_record
 
 pytestmark = pytest.mark.django_db
@@ -41,6 +41,8 @@ B_MARKERS = [
     SUPERVISOR_ERROR,
     "127.0.0.1:1",
     B_WEBHOOK,
+    "bravo-queue",
+    "bravo-urgent",
 ]
 
 
@@ -96,6 +98,14 @@ def bravo() -> dict[str, str]:
     SupervisorCycle.objects.update_or_create(
         name="supervisor",
         defaults={"finished_at": timezone.now(), "error": SUPERVISOR_ERROR},
+    )
+    # B's Kueue settings (issue 33: GET /api/v1/settings and the settings page showed every namespace's).
+    SiteSettings.objects.update_or_create(
+        pk=1,
+        defaults={
+            "kueue_default_queues": {"team-bravo": "bravo-queue", "team-alpha": "alpha-queue", "*": "shared"},
+            "kueue_priority_classes": {"team-bravo": ["bravo-urgent"], "*": ["low"]},
+        },
     )
     endpoint = WebhookEndpoint.objects.create(
         owner=owner, url=B_WEBHOOK, namespace="team-bravo", secret="whsec_" + "b" * 32
@@ -190,6 +200,18 @@ def test_the_api_lists_show_nothing_of_namespace_b(bravo: dict[str, str], make_u
         assert _shows_bravo(response.content) == [], (path, _shows_bravo(response.content))
 
 
+def test_a_user_reads_the_settings_of_their_own_namespaces_and_the_default(
+    bravo: dict[str, str], make_user: Any
+) -> None:
+    _, token = make_user("alpha-settings", roles.USER, ("team-alpha",))
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    seen = api.get("/api/v1/settings").json()
+    assert seen["kueue_default_queues"] == {"team-alpha": "alpha-queue", "*": "shared"}
+    assert seen["kueue_priority_classes"] == {"*": ["low"]}
+    assert SiteSettings.load().kueue_default_queues["team-bravo"] == "bravo-queue"  # nothing was written
+
+
 def test_the_platform_role_still_sees_namespace_b_and_the_errors(
     client: Client, bravo: dict[str, str], platform_user: tuple[User, str]
 ) -> None:
@@ -200,6 +222,7 @@ def test_the_platform_role_still_sees_namespace_b_and_the_errors(
     cluster = client.get("/overview/cluster/").content.decode()
     assert "127.0.0.1:1" in cluster and SUPERVISOR_ERROR in cluster
     assert B_RULE_MESSAGE in client.get("/refusals/").content.decode()
+    assert "bravo-queue" in client.get("/settings/").content.decode()
 
 
 def test_refusals_for_runtime_names_that_do_not_exist_make_no_verdict_changes(

@@ -3,12 +3,17 @@ each answers 429 with Retry-After. (tests/conftest.py gives every test its own c
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
 from rest_framework.test import APIClient
+
+from dispatch_site.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 
@@ -64,7 +69,7 @@ def test_failed_logins_per_address_are_429_whatever_the_username(
         assert _login(client, name, "x", "192.0.2.7").status_code == 200
     throttled = _login(client, "uma", "pw-uma", "192.0.2.7")
     assert throttled.status_code == 429 and int(throttled["Retry-After"]) >= 1
-    # A forged X-Forwarded-For does not make a new address (no proxy is configured: NUM_PROXIES=0).
+    # A forged X-Forwarded-For does not make a new address (no proxy is configured: TRUSTED_PROXIES empty).
     forged = client.post(
         "/login/", {"username": "d", "password": "x"}, REMOTE_ADDR="192.0.2.7", HTTP_X_FORWARDED_FOR="1.2.3.4"
     )
@@ -72,12 +77,13 @@ def test_failed_logins_per_address_are_429_whatever_the_username(
     assert _login(client, "uma", "pw-uma", "192.0.2.8").status_code == 302  # another address logs in
 
 
-def test_behind_one_proxy_each_client_has_its_own_address(
+def test_behind_a_trusted_proxy_each_client_has_its_own_address(
     settings: Any, client: Client, plain_user: tuple[User, str]
 ) -> None:
-    """NUM_PROXIES=1 (deploy/: the ingress is one proxy): the address is the proxy's X-Forwarded-For entry,
-    so one client's failures do not lock out everyone behind the ingress."""
-    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    """TRUSTED_PROXIES (deploy/: the ingress controller's pods): a request whose TCP peer is one of them is
+    counted by the address that proxy appended to X-Forwarded-For, so one client's failures do not lock out
+    everyone behind the ingress; entries to the left of it are the client's own claims, never believed."""
+    settings.TRUSTED_PROXIES = ["10.244.0.0/24"]
     _rates(settings, login_address="2/m", login_user="100/m")
     ingress = "10.244.0.5"
 
@@ -93,6 +99,67 @@ def test_behind_one_proxy_each_client_has_its_own_address(
         assert through_ingress("x", "bad", "203.0.113.1").status_code == 200
     assert through_ingress("x", "bad", "203.0.113.1").status_code == 429
     assert through_ingress("uma", "pw-uma", "203.0.113.2").status_code == 302
+
+
+def test_a_client_that_bypasses_the_proxy_cannot_choose_its_address(
+    settings: Any, client: Client, plain_user: tuple[User, str]
+) -> None:
+    """The attack (issue 33): with a proxy count (NUM_PROXIES=1, as deploy/overlays/example set it), a client
+    that reached the web pods directly (any pod in the cluster) sent its own X-Forwarded-For, a new address on
+    every attempt, and the per-address limit never applied. The proxies are now named (TRUSTED_PROXIES), and
+    a client that is not one of them is its own address whatever it sends; DRF's NUM_PROXIES, set here as
+    the example deployment set it, changes nothing."""
+    settings.TRUSTED_PROXIES = ["10.244.0.0/24"]
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "NUM_PROXIES": 1}
+    _rates(settings, login_address="3/m", login_user="100/m")
+    direct = "10.8.3.9"  # a training pod, say: not the ingress
+    codes = [
+        client.post(
+            "/login/",
+            {"username": f"guess-{i}", "password": "bad"},
+            REMOTE_ADDR=direct,
+            HTTP_X_FORWARDED_FOR=f"198.51.100.{i}",
+        ).status_code
+        for i in range(6)
+    ]
+    assert codes == [200, 200, 200, 429, 429, 429]
+    failed = AuditEvent.objects.filter(action="login.fail").values_list("details", flat=True)
+    assert {d["address"] for d in failed} == {direct}  # the audit log names the real peer too
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_wrong_passwords_never_get_more_checks_than_the_limit(settings: Any) -> None:
+    """The attack (issue 33): the counters were checked, then read, then written, so wrong passwords sent at
+    once all passed the check before any was counted: a guesser with many connections was never limited.
+    Each attempt now takes its place on the counters in one atomic step before its password is checked."""
+    _rates(settings, login_user="3/m", login_address="100/m")
+    User.objects.create_user("ula", password="the-right-password-1")
+    attempts = 12
+    ready = threading.Barrier(attempts)
+
+    def attempt(i: int) -> int:
+        try:
+            browser = Client()
+            ready.wait(timeout=30)
+            return browser.post(
+                "/login/", {"username": "ula", "password": f"wrong-{i}"}, REMOTE_ADDR=f"10.9.0.{i}"
+            ).status_code
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(attempts) as pool:
+        codes = sorted(pool.map(attempt, range(attempts)))
+    assert codes == [200] * 3 + [429] * (attempts - 3)  # 3 passwords checked (and refused), the rest not
+    assert AuditEvent.objects.filter(action="login.fail", object_id="ula").count() == 3
+    lockouts = AuditEvent.objects.filter(action="login.lockout", object_id="ula")
+    assert [e.details["counters"] for e in lockouts] == [["username"]]
+    # The right password, from an address the user never logged in from, waits like the guesser.
+    assert (
+        Client()
+        .post("/login/", {"username": "ula", "password": "the-right-password-1"}, REMOTE_ADDR="10.9.1.1")
+        .status_code
+        == 429
+    )
 
 
 def test_api_requests_per_user_are_429_with_retry_after(
