@@ -164,6 +164,21 @@ class EventRow:
     object: str  # "Kind name"
     message: str
     count: int
+    reporter: str = ""  # event_reporter
+
+
+def event_reporter(event: dict[str, Any] | Any) -> str:
+    """Who reported an Event, as Kubernetes names it: `reportingController` (events.k8s.io), its core/v1
+    view `reportingComponent`, else the legacy recorder's `source.component` (events.k8s.io:
+    `deprecatedSource`)."""
+    for key in ("reportingController", "reportingComponent"):
+        if event.get(key):
+            return str(event[key])
+    for key in ("source", "deprecatedSource"):
+        source = event.get(key) or {}
+        if source.get("component"):
+            return str(source["component"])
+    return ""
 
 
 def events_for(namespace: str, name_prefix: str, *, limit: int = 200) -> list[EventRow]:
@@ -193,6 +208,7 @@ def events_for(namespace: str, name_prefix: str, *, limit: int = 200) -> list[Ev
                 object=f"{involved.get('kind', '')} {name}".strip(),
                 message=str(item.get("message") or item.get("note") or ""),
                 count=_int(item.get("count")) or _int(series.get("count")) or 1,
+                reporter=event_reporter(item),
             )
         )
     rows.sort(key=lambda r: r.at, reverse=True)

@@ -19,9 +19,10 @@ from rest_framework.test import APIClient
 from dispatch_site import roles
 from dispatch_site.services import user_create
 
-# The control plane fixtures (kubeconfig, kube, namespace: tests/support/cluster.py) and the
-# dispatch-on-the-cluster fixtures built on them (tests/support/dispatch.py).
-pytest_plugins = ["tests.support.cluster", "tests.support.dispatch"]
+# The control plane fixtures (kubeconfig, kube, namespace: tests/support/cluster.py), the
+# dispatch-on-the-cluster fixtures built on them (tests/support/dispatch.py) and the admission guard's
+# (tests/support/guard.py).
+pytest_plugins = ["tests.support.cluster", "tests.support.dispatch", "tests.support.guard"]
 
 
 @pytest.fixture

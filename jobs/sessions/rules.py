@@ -13,6 +13,7 @@ from django.conf import settings
 
 from cluster import exec as pods
 from cluster.logs import EventRow
+from jobs.evidence import reporter_accepted
 from jobs.models import Session, SessionState
 from jobs.plan import LAUNCHER, build_train_job, build_training_runtime
 from jobs.spec import JobSpec, RuntimeRef
@@ -311,7 +312,7 @@ def creation_failure(
     late = created_at + timedelta(seconds=CREATION_FAILED_AFTER / 3)
     for event in events:  # newest first
         at = parse_time(event.at)
-        if at is None or at < late:
+        if at is None or at < late or not reporter_accepted(event.reason, event.reporter):
             continue
         kind, _, name = event.object.partition(" ")
         if kind == "TrainJob" and name == trainjob and event.reason == "TrainJobResourcesCreationFailed":

@@ -40,6 +40,7 @@ from django.utils import timezone
 from cluster import gateway, kueue
 from cluster.errors import ClusterError
 from dispatch_site import metrics
+from jobs.evidence import from_its_reporter
 from jobs.models import Execution, PodTombstone, SupervisorCycle
 from jobs.naming import trainjob_name_prefix
 from jobs.supervision.apply import (
@@ -298,9 +299,10 @@ def read_namespace(namespace: str, domains: Sequence[str]) -> tuple[list[dict[st
 
 def is_dispatch_event(event: Mapping[str, Any]) -> bool:
     """An Event about an object named like one of dispatch's (a TrainJob name, or a child's that starts
-    with one): the rest of a namespace's Events are not kept."""
+    with one), and, when its reason is evidence, from the controller that writes it (jobs.evidence): the rest
+    of a namespace's Events are not kept."""
     ref = event.get("involvedObject") or event.get("regarding") or {}
-    return trainjob_name_prefix(str(ref.get("name", ""))) is not None
+    return trainjob_name_prefix(str(ref.get("name", ""))) is not None and from_its_reporter(event)
 
 
 # ---------------------------------------------------------------- the cycle

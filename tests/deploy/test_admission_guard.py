@@ -4,9 +4,11 @@ A plain user with RBAC rights to edit Trainer objects (as a team's developers of
 with a message saying what to do instead; dispatch, running with its ServiceAccount's token, still starts
 and cancels jobs; and the controllers still run a job to Complete and clean up after a cancel.
 
-In this local cluster every controller (Trainer, JobSet, garbage collector, namespace controller) runs with
-the admin certificate, so the guard's exemptUsers get that one identity, as an installation lists its
-controllers' identities (deploy/guard/policies.yaml). The plain user is the impersonated ``alice``.
+The guard is the one the local plane installs (scripts/cluster up: scripts/k8s/guard, i.e. deploy/guard with
+the plane's admin in breakGlass; the ``guard`` fixture checks that what runs is what the repository renders),
+and every controller runs under its real identity (the Trainer's, the garbage collector's, the namespace
+controller's, Kueue's ServiceAccounts), so exemptUsers is tested as shipped. The plain user is the
+impersonated ``alice``.
 """
 
 from __future__ import annotations
@@ -14,29 +16,24 @@ from __future__ import annotations
 import copy
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import yaml
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
 from jobs.models import Job, JobState
 from tests.support.deploy import (
-    DISPATCH_NAMESPACE,
-    MANAGED_LABEL,
     DispatchServiceAccount,
     apply,
     kubectl,
-    select,
-    whoami,
 )
 from tests.support.dispatch import DISPATCH_KIND, GROUP, VERSION, wait_for
+from tests.support.guard import label_managed
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db]
 
-GUARD_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 ALICE = "alice"
 SUBMIT_HINT = "submit through dispatch: POST /api/v1/jobs"
 
@@ -54,36 +51,17 @@ def _as_alice(kubeconfig: str, *args: str, stdin: str | None = None) -> Any:
     return kubectl(f"--as={ALICE}", *args, kubeconfig=kubeconfig, stdin=stdin, check=False)
 
 
-@pytest.fixture(scope="module")
-def guard(
-    kubeconfig: str, example_manifests: list[dict[str, Any]], dispatch_serviceaccount: DispatchServiceAccount
-) -> Iterator[None]:
-    """The example overlay's policies and bindings, the local controllers' identity added to exemptUsers."""
-    controllers = whoami(kubeconfig)
-    objects = yaml.safe_load(yaml.safe_dump(select(example_manifests, *GUARD_KINDS)))
-    for policy in select(objects, "ValidatingAdmissionPolicy"):
-        for variable in policy["spec"]["variables"]:
-            if variable["name"] == "dispatch":
-                assert DISPATCH_NAMESPACE in variable["expression"]
-            if variable["name"] == "exemptUsers":
-                variable["expression"] += f" + [{controllers!r}]"
-    apply(objects, kubeconfig)
-    try:
-        yield
-    finally:
-        for obj in reversed(objects):
-            kubectl(
-                "delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", kubeconfig=kubeconfig
-            )
-
-
 @pytest.fixture
 def managed_namespace(
-    kube: Any, kubeconfig: str, namespace: str, guard: None, dispatch_serviceaccount: DispatchServiceAccount
+    kube: Any,
+    kubeconfig: str,
+    namespace: str,
+    guard: list[dict[str, Any]],
+    dispatch_serviceaccount: DispatchServiceAccount,
 ) -> str:
     """The test namespace under the guard: labelled managed, granted to dispatch, and alice may edit Trainer
     objects in it by RBAC (so a denial can only come from the guard)."""
-    kube.core.patch_namespace(namespace, {"metadata": {"labels": dict([MANAGED_LABEL])}})
+    label_managed(kube, namespace)
     dispatch_serviceaccount.grant(namespace)
     _grant_alice(kubeconfig, namespace)
     # Policies reach the API server's admission through an informer: wait until the guard answers.
@@ -118,16 +96,6 @@ def _grant_alice(kubeconfig: str, namespace: str) -> None:
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": ALICE}],
     }
     apply([role, binding], kubeconfig)
-
-
-@pytest.fixture
-def on_serviceaccount(
-    settings: Any, dispatch_serviceaccount: DispatchServiceAccount, dispatch_on_cluster: str
-) -> DispatchServiceAccount:
-    """dispatch talks to the API server with its ServiceAccount's token, whatever the environment says."""
-    settings.KUBECONFIG = dispatch_serviceaccount.kubeconfig
-    assert whoami(settings.KUBECONFIG) == dispatch_serviceaccount.username
-    return dispatch_serviceaccount
 
 
 def _api(token: str) -> APIClient:
@@ -177,7 +145,7 @@ def test_a_plain_user_cannot_create_a_trainjob_in_a_managed_namespace(
 
 
 def test_the_same_user_may_create_one_where_the_namespace_is_not_managed(
-    kube: Any, kubeconfig: str, guard: None
+    kube: Any, kubeconfig: str, guard: list[dict[str, Any]]
 ) -> None:
     """Control for the test above: alice's RBAC allows the create; only the managed label brings the guard."""
     ns = f"t-unmanaged-{uuid.uuid4().hex[:6]}"
@@ -299,10 +267,11 @@ def test_kueue_admits_and_updates_dispatchs_queued_trainjob_under_the_guard(
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     """Kueue suspends and unsuspends a queued TrainJob and writes its runtimePatch: UPDATEs of an object the
-    guard protects. Here Kueue runs with the plane's admin identity (exempt as the local controllers), so
-    the queued job is admitted and completes; and an UPDATE under the name Kueue's controller has in a real
-    installation (impersonated, with RBAC to update TrainJobs) passes the guard, where alice's is denied.
-    Without that name in exemptUsers the impersonated update was denied ("only dispatch may update it")."""
+    guard protects. Kueue runs here under the name its release gives it (scripts/cluster: a token of
+    kueue-system/kueue-controller-manager), exempt by that name in exemptUsers, so the queued job is admitted
+    and completes; and an UPDATE under that name (impersonated, with RBAC to update TrainJobs) passes the
+    guard, where alice's is denied. Without that name in exemptUsers the impersonated update was denied
+    ("only dispatch may update it")."""
     body = {
         "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
         "namespace": managed_namespace,

@@ -85,12 +85,23 @@ def test_the_overlay_points_the_guard_and_the_bindings_at_dispatchs_namespace(
     example_manifests: list[dict[str, Any]],
 ) -> None:
     policies = select(example_manifests, "ValidatingAdmissionPolicy")
-    # The Kueue policy (deploy/guard/kueue.yaml) names no ServiceAccount: it holds for every writer.
-    kueue = [p for p in policies if p["metadata"]["name"] == "dispatch-kueue-admits-an-attempt-once"]
-    assert len(kueue) == 1 and all(v["name"] != "dispatch" for v in kueue[0]["spec"]["variables"])
+    # The Kueue policy (deploy/guard/kueue.yaml) and the doors (deploy/guard/doors.yaml) name no
+    # ServiceAccount of dispatch: they hold for every writer.
+    anyone = [
+        p
+        for p in policies
+        if p["metadata"]["name"]
+        in {
+            "dispatch-kueue-admits-an-attempt-once",
+            "dispatch-pods-from-the-job-controller",
+            "dispatch-jobsets-and-jobs-from-their-controllers",
+            "dispatch-evidence-from-its-reporter",
+        }
+    ]
+    assert len(anyone) == 4 and all(v["name"] != "dispatch" for p in anyone for v in p["spec"]["variables"])
     for policy in policies:
         assert "namespace" not in policy["metadata"]
-        if policy in kueue:
+        if policy in anyone:
             continue
         [dispatch] = [v for v in policy["spec"]["variables"] if v["name"] == "dispatch"]
         assert dispatch["expression"] == f"'system:serviceaccount:{DISPATCH_NAMESPACE}:dispatch'"
