@@ -7,10 +7,12 @@ import json
 import os
 import re
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlparse, urlunparse
@@ -26,6 +28,23 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
 BENCH_REDIS_DB = 2  # the bench's own Redis database, flushed afterwards
 BENCH_NAMESPACE = "bench"
 BENCH_STARTS_NAMESPACE = "bench-starts"  # scripts/bench_starts.py: where the worker starts the bench's jobs
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target of `make bench`, as judged: the measure, its value, the target, whether it is met, and
+    what it was judged on (the median of the rounds, where there are rounds: never the best one)."""
+
+    measure: str
+    value: str
+    target: str
+    met: bool
+    judged_on: str = ""
+
+
+def median_of(values: list[float]) -> float:
+    """The median a target is judged on (make bench never judges the best round)."""
+    return float(statistics.median(values))
 
 
 def log(message: str) -> None:

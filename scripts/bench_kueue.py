@@ -42,6 +42,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from scripts.bench_common import Target  # noqa: E402
 from scripts.bench_kueue_cluster import (  # noqa: E402 - needs the repository on sys.path first
     FAULT,
     FAULT_DELAY,
@@ -285,6 +286,24 @@ def run(kubeconfig: str, rounds: int = ROUNDS) -> dict[str, Any]:
 
 def met(result: dict[str, Any]) -> bool:
     return bool(result.get("pairs")) and result["ratio"] <= TARGET
+
+
+def targets(result: dict[str, Any]) -> list[Target]:
+    if result.get("skipped"):
+        return []
+    if not result.get("pairs"):
+        return [
+            Target("Kueue: quota frees -> running, dispatch / bare", "no valid round", f"<= {TARGET}", False)
+        ]
+    return [
+        Target(
+            "Kueue: quota frees -> the job running, dispatch / a bare TrainJob Kueue admits alone",
+            f"{result['ratio']:.2f}",
+            f"<= {TARGET}",
+            met(result),
+            f"median of {result['pairs']} paired rounds ({', '.join(f'{r:.2f}' for r in result['ratios'])})",
+        )
+    ]
 
 
 def report_lines(result: dict[str, Any]) -> list[str]:

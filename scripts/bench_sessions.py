@@ -25,6 +25,8 @@ from typing import Any
 
 import requests
 
+from scripts.bench_common import Target
+
 ROUNDS = int(os.environ.get("BENCH_SESSION_ROUNDS", "100"))
 WARMUP = 5
 COMMAND = ["true"]
@@ -250,8 +252,25 @@ def run(base: str, token: str, kubeconfig: str, namespace: str) -> dict[str, Any
     return result
 
 
+TARGET = 1.5
+
+
+def targets(result: dict[str, Any]) -> list[Target]:
+    return [
+        Target(
+            f"session execute through dispatch / a direct client reusing its TLS state, {which}",
+            f"{result[f'ratio_{which}']:.2f}",
+            f"<= {TARGET}",
+            result[f"ratio_{which}"] <= TARGET,
+            f"{which} of {result['rounds']} interleaved executes each way "
+            f"({result[f'service_{which}'] * 1000:.1f} / {result[f'direct_{which}'] * 1000:.1f} ms)",
+        )
+        for which in ("p50", "p95")
+    ]
+
+
 def report_lines(result: dict[str, Any]) -> list[str]:
-    met = lambda ratio: "yes" if ratio <= 1.5 else "NO"  # noqa: E731
+    met = lambda ratio: "yes" if ratio <= TARGET else "NO"  # noqa: E731
     return [
         "",
         "## Session execute: through dispatch / a direct client reusing its TLS state (target <= 1.5)",

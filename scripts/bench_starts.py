@@ -2,18 +2,22 @@
 Python kubernetes client at the same concurrency (issue 21: >= 50/s, dispatch / direct <= 1.5).
 
 dispatch: N jobs are accepted in one transaction (rows in PostgreSQL, N start messages in Redis when it
-commits) while a real Celery worker (threads pool, CONCURRENCY threads) waits; the clock runs from the commit
-until every execution is `queued` (its TrainJob created and recorded). Each start does what start always does:
-claim, read the runtime afresh and judge it, create the runtime copy and the TrainJob (each create fenced),
-make the TrainJob the copy's owner, record the start.
+commits) while a real Celery worker (threads pool, CONCURRENCY threads) waits; the clock starts as that
+transaction commits, before its first start message is sent (the worker starts jobs while the later messages
+are still being sent), and runs until every execution is `queued` (its TrainJob created and recorded). Each
+start does what start always does: claim, read the runtime afresh and judge it, create the runtime copy and
+the TrainJob (each create fenced), make the TrainJob the copy's owner, record the start.
 direct: CONCURRENCY threads of one process, one kubernetes ApiClient (pool sized to the threads), create the
-same objects for N jobs: read the runtime, create the copy, create the TrainJob on it, patch the copy's
-ownerReference; the clock runs from the first request to the last answer.
+same objects for N jobs: read the runtime, create the copy, create the TrainJob on it (a denial for a copy
+the Trainer's or Kueue's webhook has not seen yet is tried again, as dispatch and any careful client do:
+jobs.objects.copy_not_seen), patch the copy's ownerReference; the clock runs from the first request to the
+last answer.
 Both in their own namespace, emptied (and the cluster left to settle: no pod left) before every round, then
 warmed with 2 x CONCURRENCY untimed jobs (connections open, as in steady use);
 rounds interleaved (direct, dispatch, direct, dispatch, ...). Each round's pair gives a ratio (dispatch's
 time / direct's, measured a minute apart); the median over the rounds is the figure, so a moment when the
-machine is busy with something else moves one pair, not the result. The best round of each is shown too.
+machine is busy with something else moves one pair, not the result. The rate is judged on the median of the
+rounds too (the best round is shown, never judged).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from dispatch_site.config import DEFAULT_WORKER_CONCURRENCY
-from scripts.bench_common import BENCH_STARTS_NAMESPACE, celery_worker_command
+from scripts.bench_common import BENCH_STARTS_NAMESPACE, Target, celery_worker_command
 
 N = int(os.environ.get("BENCH_STARTS", "200"))
 # The worker's threads as make up runs it (dispatch_site.config); the client gets as many.
@@ -188,8 +192,10 @@ def _spec(namespace: str) -> Any:
 def _direct(custom: Any, namespace: str, count: int = 0) -> float:
     """`count` (N) jobs' objects through the kubernetes client: the seconds it took."""
     count = count or N
+    from kubernetes.client.rest import ApiException
+
     from jobs.naming import new_job_id
-    from jobs.objects import stamped
+    from jobs.objects import COPY_SEEN_WAITS, copy_not_seen, stamped
     from jobs.plan import build_train_job, build_training_runtime
     from runtimes.reasons import SiteRules
 
@@ -212,14 +218,16 @@ def _direct(custom: Any, namespace: str, count: int = 0) -> float:
         made = custom.create_namespaced_custom_object(
             GROUP, VERSION, namespace, "trainingruntimes", stamped(copy, "dispatch.dev")
         )
-        for wait in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 0):  # the Trainer's cache lag, as dispatch waits it out
+        # The Trainer's (or Kueue's) cache lag, waited out as dispatch waits it (the same waits, then a few
+        # seconds more: a baseline that gives up where dispatch's task would retry measures nothing).
+        for wait in (*COPY_SEEN_WAITS, 2.0, 4.0, 0):
             try:
                 created = custom.create_namespaced_custom_object(
                     GROUP, VERSION, namespace, "trainjobs", stamped(trainjob, "dispatch.dev")
                 )
                 break
-            except Exception as exc:  # the webhook's "must be created before" denial only
-                if "must be created before" not in str(getattr(exc, "body", "")) or not wait:
+            except ApiException as exc:  # that denial only
+                if exc.status not in (400, 403, 422) or not copy_not_seen(_denial(exc)) or not wait:
                     raise
                 time.sleep(wait)
         owner = {
@@ -293,7 +301,9 @@ def _dispatch(namespace: str, count: int = 0) -> tuple[float, int]:
     spec = _spec(namespace)
     with transaction.atomic():
         ids = [submit.job_submit(owner=owner, spec=spec).job.id for _ in range(count)]
-    started = time.monotonic()  # the N start messages were sent when the transaction committed
+        # The clock starts here, as the transaction commits: its on-commit sends the first start message
+        # right away and the other N-1 after it, while the worker already starts the first jobs.
+        started = time.monotonic()
     # The observer stays light: one statement every 20 ms over the batch's execution ids (consecutive, as
     # they were inserted in one transaction), sent as written. It first ran two ORM counts over the 200 job
     # ids each time, whose CPU (this process's and PostgreSQL's, about 6 ms per TrainJob) the machine's two
@@ -396,10 +406,46 @@ def run(kubeconfig: str, env: dict[str, str], var: Path) -> dict[str, Any]:
     return {
         "rows": rows,
         "direct": max(r["direct_rps"] for r in rows),
-        "dispatch": max(r["dispatch_rps"] for r in rows),
+        "best_dispatch": max(r["dispatch_rps"] for r in rows),
         "median_dispatch": statistics.median(r["dispatch_rps"] for r in rows),
         "ratio": statistics.median(r["ratio"] for r in rows),
     }
+
+
+RATE_TARGET = 50.0
+RATIO_TARGET = 1.5
+
+
+def targets(result: dict[str, Any]) -> list[Target]:
+    rates = ", ".join(f"{r['dispatch_rps']:.1f}" for r in result["rows"])
+    ratios = ", ".join(f"{r['ratio']:.2f}" for r in result["rows"])
+    rounds = len(result["rows"])
+    return [
+        Target(
+            f"TrainJobs/s started by a threads worker ({CONCURRENCY} threads), clock from the first message",
+            f"{result['median_dispatch']:.1f}",
+            f">= {RATE_TARGET:.0f}",
+            result["median_dispatch"] >= RATE_TARGET,
+            f"median of {rounds} rounds ({rates}; best {result['best_dispatch']:.1f}, not judged)",
+        ),
+        Target(
+            "starts: dispatch's time / the kubernetes client's for the same objects",
+            f"{result['ratio']:.2f}",
+            f"<= {RATIO_TARGET}",
+            result["ratio"] <= RATIO_TARGET,
+            f"median of {rounds} rounds' pairs ({ratios})",
+        ),
+    ]
+
+
+def _denial(exc: Any) -> str:
+    """The message of an API server's denial (its Status body), else the body as it came."""
+    import json
+
+    try:
+        return str(json.loads(exc.body).get("message") or exc.body)
+    except (TypeError, ValueError, AttributeError):
+        return str(exc.body or exc.reason or "")
 
 
 def report_lines(result: dict[str, Any]) -> list[str]:
@@ -425,16 +471,10 @@ def report_lines(result: dict[str, Any]) -> list[str]:
         f"{r['dispatch_cluster_ms']:.1f} |"
         for r in result["rows"]
     ]
-    met_rate = result["dispatch"] >= 50
-    met_ratio = result["ratio"] <= 1.5
+    lines += ["", "| measure | value | target | met | judged on |", "|---|---|---|---|---|"]
     lines += [
-        "",
-        "| measure | value | target | met |",
-        "|---|---|---|---|",
-        f"| dispatch TrainJobs/s (best round; median {result['median_dispatch']:.1f}) | "
-        f"{result['dispatch']:.1f} | >= 50 | {'yes' if met_rate else 'NO'} |",
-        f"| dispatch / direct time (median of the rounds' pairs) | {result['ratio']:.2f} | <= 1.5 | "
-        f"{'yes' if met_ratio else 'NO'} |",
+        f"| {t.measure} | {t.value} | {t.target} | {'yes' if t.met else 'NO'} | {t.judged_on} |"
+        for t in targets(result)
     ]
     return lines
 

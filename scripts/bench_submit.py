@@ -33,6 +33,7 @@ from scripts.bench_common import (
     BENCH_NAMESPACE,
     CONNECTIONS,
     REPO,
+    Target,
     cleanup_django,
     cluster_kubeconfig,
     free_port,
@@ -183,6 +184,23 @@ def run() -> dict[str, Any]:
     }
 
 
+TARGET = 0.6
+
+
+def targets(result: dict[str, Any]) -> list[Target]:
+    ratios = [r["ratio"] for r in result["rows"] if r["name"] == "jobs"]
+    return [
+        Target(
+            "accepted submissions/s / GET /api/v1/me requests/s",
+            f"{result['ratio']:.2f}",
+            f">= {TARGET}",
+            result["ratio"] >= TARGET,
+            f"median of {len(ratios)} paired rounds ({', '.join(f'{r:.2f}' for r in ratios)}; a round with a "
+            "non-202 answer or a job not enqueued counts 0)",
+        )
+    ]
+
+
 def report_lines(result: dict[str, Any]) -> list[str]:
     settings = ", ".join(f"{k}={v}" for k, v in result["durability"].items() if k != "data")
     lines = [
@@ -207,7 +225,7 @@ def report_lines(result: dict[str, Any]) -> list[str]:
             f"| {r.get('recorded', '')} | {r.get('enqueued', '')} | "
             f"{format(r['ratio'], '.2f') if 'ratio' in r else ''} |"
         )
-    met = result["ratio"] >= 0.6
+    met = targets(result)[0].met
     lines += [
         "",
         "| measure | value | target | met |",

@@ -33,6 +33,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from scripts.bench_common import Target  # noqa: E402
 from scripts.bench_supervision_cycles import beat_latency, derivation_scaling  # noqa: E402 - needs the repository on sys.path first
 from scripts.bench_supervision_stack import FAULT, INTERVAL, RANKS, supervisor_main  # noqa: E402
 from scripts.bench_supervision_watch import watch_bench  # noqa: E402
@@ -107,6 +108,37 @@ def checks(result: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
         )
     )
     return out
+
+
+DERIVATION_TARGET = 120
+
+
+def targets(result: dict[str, Any]) -> list[Target]:
+    """Each supervision target, as checks() and the derivation and beat measures judge it."""
+    found = [Target(f"supervision: {m}", v, t, met, "one measurement") for m, v, t, met in checks(result)]
+    d = result["derivation"]
+    found.append(
+        Target(
+            f"supervision: one cycle's derivation, 5,000 / 50 executions ({d['large_s'] * 1000:.1f} / "
+            f"{d['small_s'] * 1000:.2f} ms)",
+            f"{d['ratio']:.0f}",
+            f"<= {DERIVATION_TARGET}",
+            d["ratio"] <= DERIVATION_TARGET,
+            "median of each side's runs (scripts/bench_supervision_cycles.py)",
+        )
+    )
+    b = result["beat"]
+    found.append(
+        Target(
+            f"supervision: pod failed -> job state changed, the beat's cycle alone, interval "
+            f"{b['interval']:.0f} s",
+            f"{b['latency_s']:.2f} s",
+            f"<= {b['target_s']:.0f} s",
+            b["latency_s"] == b["latency_s"] and b["latency_s"] <= b["target_s"],
+            "one measurement",
+        )
+    )
+    return found
 
 
 def report_lines(result: dict[str, Any]) -> list[str]:

@@ -4,6 +4,7 @@
 
     scripts/chaos.py --jobs 200 --seed 1     # make chaos; var/chaos/<run>/report.json
     scripts/chaos.py --jobs 12 --short       # the short run inside `make test` (tests/scripts/test_chaos.py)
+    scripts/chaos.py --jobs 20 --break overlap --faults eviction   # a deliberately broken build: exits 1
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: `scripts` from the repository
 
+from scripts.chaoslib.breaks import BREAKS, Break, apply_edit, broken_copy
 from scripts.chaoslib.cli import main
+from scripts.chaoslib.jobs import plan_problems
 from scripts.chaoslib.outcomes import TERMINAL, Hit, expected_outcomes, judge_job, mismatch, retried
 from scripts.chaoslib.plan import (
     APP_ERROR,
@@ -21,38 +24,51 @@ from scripts.chaoslib.plan import (
     KUEUE_LOW,
     LONG,
     POLICIES,
+    SITE_DEFAULT_POLICY,
     SUCCEEDS,
     UNTIL_CANCELLED,
     FaultPlan,
     JobPlan,
     RunPlan,
+    expected_policy,
     job_body,
     make_plan,
+    policy_differences,
 )
 from scripts.chaoslib.proxy import Proxy
 from scripts.chaoslib.report import figure, print_summary
+from scripts.provenance import commit_of
 
 __all__ = [
     "APP_ERROR",
+    "BREAKS",
     "KUEUE_HIGH",
     "KUEUE_LOW",
     "LONG",
     "POLICIES",
+    "SITE_DEFAULT_POLICY",
     "SUCCEEDS",
     "TERMINAL",
     "UNTIL_CANCELLED",
+    "Break",
     "FaultPlan",
     "Hit",
     "JobPlan",
     "Proxy",
     "RunPlan",
+    "apply_edit",
+    "broken_copy",
+    "commit_of",
     "expected_outcomes",
+    "expected_policy",
     "figure",
     "job_body",
     "judge_job",
     "main",
     "make_plan",
     "mismatch",
+    "plan_problems",
+    "policy_differences",
     "print_summary",
     "retried",
 ]

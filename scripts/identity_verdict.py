@@ -1,6 +1,11 @@
-"""The identity observer's pure part: pod observations in, records out; records in, verdict out. No client, no
-cluster, nothing of dispatch. What an identity is, when a pod ran and what the verdict means:
-scripts/identity_observer.py's docstring (the watcher and the CLI are there)."""
+"""The identity observer's pure part: pod and TrainJob observations in, records out; records in, verdict out.
+No client, no cluster, nothing of dispatch. What an identity is, when a pod ran and what the verdict means:
+scripts/identity_observer.py's docstring (the watcher and the CLI are there).
+
+Besides the verdict (ran twice, restarted in place, anomalies), three readings a harness takes from the same
+records: `attempt_overlaps` (a pod of attempt A+1 ran before a pod of attempt A had ended), `ranks_seen`
+(which of the wanted (job, attempt)s the observer saw every rank of run: its coverage) and
+`trainjob_duplicates` (more than one TrainJob UID for one (job, attempt))."""
 
 from __future__ import annotations
 
@@ -26,6 +31,8 @@ RESTARTED_IN_PLACE: Final = "restarted-in-place"
 NO_COMPLETION_INDEX: Final = "no-completion-index"
 NO_ATTEMPT: Final = "no-attempt"
 IDENTITY_CONFLICT: Final = "identity-conflict"
+ATTEMPT_OVERLAP: Final = "attempt-overlap"
+TRAINJOB_DUPLICATE: Final = "trainjob-duplicate"
 
 
 def now() -> str:
@@ -38,6 +45,14 @@ def _m(value: Any) -> Mapping[str, Any]:
 
 def _l(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
+
+
+def resource_version(value: Any) -> int | None:
+    """A resourceVersion as a number. Kubernetes calls it opaque; on one API server backed by etcd it is the
+    etcd revision of the write, so two of them order the writes they name (the observer compares them only
+    within one cluster, and falls back to its own clock where they are not numbers)."""
+    text = str(value or "")
+    return int(text) if text.isdigit() else None
 
 
 # ---------------------------------------------------------------- records (pure)
@@ -113,12 +128,18 @@ def _container_observations(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def observe(
-    record: Mapping[str, Any] | None, pod: Mapping[str, Any], *, event: str, at: str
+    record: Mapping[str, Any] | None, pod: Mapping[str, Any], *, event: str, at: str, cluster: str = ""
 ) -> dict[str, Any]:
     """The record of a pod after one more observation of it (an API object from a list or a watch event).
-    Pure: returns a new dict. The identity is fixed at first sight (env is immutable; labels as created)."""
+    Pure: returns a new dict. The identity is fixed at first sight (env is immutable; labels as created).
+
+    `ran_rv` / `ended_rv`: the resourceVersion of the first observation in which the pod had run (phase
+    Running or a container started) / had ended (phase Succeeded or Failed, or deleted); with `ran_seen_at` /
+    `ended_seen_at`, when the observer saw it. The object's own resourceVersion is that of the write that
+    made the state seen, so these order one pod's start against another's end exactly."""
     meta, spec, status = _m(pod.get("metadata")), _m(pod.get("spec")), _m(pod.get("status"))
     phase = status.get("phase")
+    rv = resource_version(meta.get("resourceVersion"))
     if record is None:
         labels = {str(k): str(v) for k, v in _m(meta.get("labels")).items()}
         annotations = _m(meta.get("annotations"))
@@ -126,6 +147,7 @@ def observe(
         picked = _pick_identity(env)
         record = {
             "uid": meta.get("uid"),
+            "cluster": cluster,
             "namespace": meta.get("namespace"),
             "name": meta.get("name"),
             "labels": labels,
@@ -154,6 +176,10 @@ def observe(
             "deleted_at": None,
             "vanished_at": None,
             "ran": False,
+            "ran_rv": None,
+            "ran_seen_at": None,
+            "ended_rv": None,
+            "ended_seen_at": None,
         }
     else:
         record = {
@@ -197,14 +223,53 @@ def observe(
     starts = [c["started_at"] for c in record["containers"].values() if c["started_at"]]
     record["started_at"] = min(starts) if starts else None
     record["ran"] = bool(record["ran"] or phase == "Running" or starts)
+    if record["ran"] and record.get("ran_seen_at") is None:
+        record["ran_rv"], record["ran_seen_at"] = rv, at
+    if (phase in ("Succeeded", "Failed") or event == "DELETED") and record.get("ended_seen_at") is None:
+        record["ended_rv"], record["ended_seen_at"] = rv, at
     return record
 
 
-def mark_vanished(record: Mapping[str, Any], *, at: str) -> dict[str, Any]:
-    """A pod a re-list no longer holds: it was deleted while nobody watched. Its last state stays."""
-    if record["deleted_at"] or record["vanished_at"]:
+def mark_vanished(record: Mapping[str, Any], *, at: str, rv: int | None = None) -> dict[str, Any]:
+    """An object a re-list no longer holds: it was deleted while nobody watched. Its last state stays; it
+    ended at the latest at the re-list (`rv`, the list's resourceVersion)."""
+    if record.get("deleted_at") or record.get("vanished_at"):
         return dict(record)
-    return {**record, "vanished_at": at}
+    ended = {"ended_rv": rv, "ended_seen_at": at} if record.get("ended_seen_at", "") is None else {}
+    return {**record, "vanished_at": at, **ended}
+
+
+def observe_trainjob(
+    record: Mapping[str, Any] | None, obj: Mapping[str, Any], *, event: str, at: str, cluster: str = ""
+) -> dict[str, Any]:
+    """The record of a TrainJob after one more observation of it (by UID): its name, labels as created and
+    when it was first seen and deleted. Pure."""
+    meta = _m(obj.get("metadata"))
+    if record is None:
+        record = {
+            "uid": meta.get("uid"),
+            "cluster": cluster,
+            "namespace": meta.get("namespace"),
+            "name": meta.get("name"),
+            "labels": {str(k): str(v) for k, v in _m(meta.get("labels")).items()},
+            "created": meta.get("creationTimestamp"),
+            "first_seen": at,
+            "first_rv": resource_version(meta.get("resourceVersion")),
+            "last_seen": at,
+            "events": 0,
+            "deletion_timestamp": None,
+            "deleted_at": None,
+            "vanished_at": None,
+        }
+    else:
+        record = dict(record)
+    record["events"] += 1
+    record["last_seen"] = at
+    if meta.get("deletionTimestamp"):
+        record["deletion_timestamp"] = meta["deletionTimestamp"]
+    if event == "DELETED" and record["deleted_at"] is None:
+        record["deleted_at"] = at
+    return record
 
 
 # ---------------------------------------------------------------- verdict (pure)
@@ -242,14 +307,18 @@ def _identity(record: Mapping[str, Any]) -> dict[str, Any]:
     return {k: record.get(k) for k in keys}
 
 
+def _rank_pod(record: Mapping[str, Any], namespaces: Collection[str] | None) -> bool:
+    """A pod of a dispatch job's rank: in the namespaces judged, carrying DISPATCH_JOB, not a session's, made
+    by a Job."""
+    if namespaces is not None and record["namespace"] not in namespaces:
+        return False
+    return bool(record["job"]) and not _is_session(record) and _job_controlled(record)
+
+
 def verdict(
-    records: Iterable[Mapping[str, Any]],
-    *,
-    allowed_jobs: Collection[str] = (),
-    namespaces: Collection[str] | None = None,
+    records: Iterable[Mapping[str, Any]], *, namespaces: Collection[str] | None = None
 ) -> dict[str, Any]:
-    """Judge recorded pods. Pure."""
-    allowed = set(allowed_jobs)
+    """Judge recorded pods. Pure. Every finding counts: nothing is waived."""
     counts = dict.fromkeys(
         (
             "pods_seen",
@@ -315,15 +384,130 @@ def verdict(
         ran = [p for p in pods if p["ran"]]
         if len(ran) > 1:
             findings.append({"kind": RAN_TWICE, **_identity(ran[0]), "pods": [_pod_summary(p) for p in ran]})
-    violations = [f for f in findings if f["job"] not in allowed]
-    waived = [f for f in findings if f["job"] in allowed]
-    counts |= {"violations": len(violations), "allowed": len(waived), "anomalies": len(anomalies)}
+    counts |= {"violations": len(findings), "anomalies": len(anomalies)}
     return {
-        "ok": not violations and not anomalies,
-        "violations": violations,
-        "allowed": waived,
+        "ok": not findings and not anomalies,
+        "violations": findings,
         "anomalies": anomalies,
         "counts": counts,
-        "allowed_jobs": sorted(allowed),
         "namespaces": sorted(namespaces) if namespaces is not None else None,
     }
+
+
+# ---------------------------------------------------------------- what else the records show (pure)
+
+_INFINITY: Final = float("inf")
+
+
+def _order(records: Collection[Mapping[str, Any]]) -> str:
+    """How moments of these records compare: by resourceVersion when they all come from one cluster and every
+    moment has one (the etcd revision: exact), else by the observer's clock ("seen")."""
+    clusters = {r.get("cluster", "") for r in records}
+    moments = [r.get(k) for r in records for k in ("ran_rv", "ended_rv") if r.get(k.replace("rv", "seen_at"))]
+    return "rv" if len(clusters) <= 1 and all(isinstance(m, int) for m in moments) else "seen"
+
+
+def _moment(record: Mapping[str, Any], which: str, order: str) -> Any:
+    """When the pod started (`ran`) or ended (`ended`) in the chosen order; an end not seen is infinitely
+    late (the pod may still run)."""
+    seen = record.get(f"{which}_seen_at")
+    if seen is None:
+        return _INFINITY
+    return float(record[f"{which}_rv"]) if order == "rv" else datetime.fromisoformat(seen).timestamp()
+
+
+def attempt_overlaps(
+    records: Iterable[Mapping[str, Any]], *, namespaces: Collection[str] | None = None
+) -> list[dict[str, Any]]:
+    """Each (job, later attempt) whose first pod ran before a pod of an earlier attempt of the same job had
+    ended (DESIGN.md: A+1 starts only when none of A's pods still runs). Only pods that ran count; a pod never
+    seen ending is still running. Pure."""
+    by_job: dict[tuple[str, str], dict[int, list[Mapping[str, Any]]]] = {}
+    ran = [r for r in records if r["ran"] and _rank_pod(r, namespaces) and str(r["attempt"] or "").isdigit()]
+    order = _order(ran)
+    for record in ran:
+        attempts = by_job.setdefault((record["namespace"], record["job"]), {})
+        attempts.setdefault(int(record["attempt"]), []).append(record)
+    found = []
+    for (namespace, job), attempts in sorted(by_job.items()):
+        numbers = sorted(attempts)
+        for later in numbers[1:]:
+            first = min(attempts[later], key=lambda r: (_moment(r, "ran", order), str(r["uid"])))
+            started = _moment(first, "ran", order)
+            for earlier in (n for n in numbers if n < later):
+                last = max(attempts[earlier], key=lambda r: (_moment(r, "ended", order), str(r["uid"])))
+                ended = _moment(last, "ended", order)
+                if started < ended:
+                    found.append(
+                        {
+                            "kind": ATTEMPT_OVERLAP,
+                            "namespace": namespace,
+                            "job": job,
+                            "earlier_attempt": earlier,
+                            "later_attempt": later,
+                            "compared_by": "resourceVersion" if order == "rv" else "the observer's clock",
+                            "later_pod_ran": {**_pod_summary(first), "ran_rv": first.get("ran_rv")},
+                            "earlier_pod_ended": {
+                                **_pod_summary(last),
+                                "ended_rv": last.get("ended_rv"),
+                                "ended_seen_at": last.get("ended_seen_at"),
+                            },
+                        }
+                    )
+    return found
+
+
+def ranks_seen(
+    records: Iterable[Mapping[str, Any]], wanted: Mapping[tuple[str, str, str], int]
+) -> dict[tuple[str, str, str], int]:
+    """For each wanted (namespace, job, attempt) -> number of ranks, how many distinct ranks (replicated job,
+    job index, completion index) the observer saw run under it, from pods made by a Job. Pure."""
+    seen: dict[tuple[str, str, str], set[tuple[Any, ...]]] = {key: set() for key in wanted}
+    for record in records:
+        key = (str(record["namespace"]), str(record["job"]), str(record["attempt"]))
+        if key in seen and record["ran"] and _job_controlled(record) and record["rank"] is not None:
+            seen[key].add((record["replicated_job"], record["job_index"], record["rank"]))
+    return {key: len(ranks) for key, ranks in seen.items()}
+
+
+def trainjob_key(record: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(job, attempt) a TrainJob says it runs: labels `<domain>/job` and `<domain>/attempt` of one domain."""
+    labels = record.get("labels") or {}
+    for key, value in sorted(labels.items()):
+        domain, _, name = key.rpartition("/")
+        if name == "job" and domain and f"{domain}/attempt" in labels:
+            return str(value), str(labels[f"{domain}/attempt"])
+    return None
+
+
+def trainjob_duplicates(
+    records: Iterable[Mapping[str, Any]], *, namespaces: Collection[str] | None = None
+) -> list[dict[str, Any]]:
+    """More than one TrainJob UID for one (job, attempt) in one namespace of one cluster, by its labels, or
+    for one name (a TrainJob deleted and made again under its name). Pure."""
+    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    for record in records:
+        if namespaces is not None and record["namespace"] not in namespaces:
+            continue
+        where = (str(record.get("cluster", "")), str(record["namespace"]))
+        groups.setdefault((*where, "name", str(record["name"])), []).append(record)
+        labelled = trainjob_key(record)
+        if labelled is not None:
+            groups.setdefault((*where, "labels", *labelled), []).append(record)
+    found: dict[tuple[str, ...], dict[str, Any]] = {}
+    for key, group in sorted(groups.items()):
+        uids = sorted({str(r["uid"]) for r in group})
+        if len(uids) < 2 or (key[0], key[1], *uids) in found:
+            continue
+        found[(key[0], key[1], *uids)] = {
+            "kind": TRAINJOB_DUPLICATE,
+            "cluster": key[0],
+            "namespace": key[1],
+            "by": key[2],
+            "key": "/".join(key[3:]),
+            "trainjobs": [
+                {k: r.get(k) for k in ("uid", "name", "first_seen", "deleted_at", "vanished_at")}
+                for r in sorted(group, key=lambda r: (r["first_seen"], str(r["uid"])))
+            ],
+        }
+    return list(found.values())

@@ -1,12 +1,13 @@
-"""What the run finds once the submissions and the faults are over: it lets dispatch settle, reads every job
-through the API and its pods and TrainJobs from the API server, judges each job against its plan, takes the
-identity observer's verdict and reconciles the database with the cluster."""
+"""What the run finds once the submissions and the faults are over: it lets dispatch settle, keeps the
+identity observer watching OBSERVE_AFTER_SETTLE seconds more, reads every job through the API and its pods and
+TrainJobs from the API server, judges each job against its plan, takes the observer's readings (its verdict,
+attempts overlapping, TrainJob UIDs, its coverage, its gaps and errors) and reconciles the database with the
+cluster."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -14,8 +15,14 @@ from scripts.chaoslib.common import log
 from scripts.chaoslib.context import Context
 from scripts.chaoslib.kube import Kube, pod_identity
 from scripts.chaoslib.outcomes import TERMINAL, judge_jobs
+from scripts.chaoslib.plan import policy_differences
+from scripts.identity_verdict import ranks_seen
 
 DOMAIN_LABEL_SUFFIXES: Final = ("/job", "/attempt")
+OBSERVE_AFTER_SETTLE: Final = 60.0  # what a broken build does right after it looks settled is seen too
+RANKS: Final = 2  # every planned job's num_nodes (plan.job_body)
+# The final states whose last attempt ran every rank: the observer must have seen each of them run.
+RAN_TO_THE_END: Final = (("succeeded", ""), ("failed", "app-error"))
 
 
 @dataclass
@@ -28,8 +35,8 @@ class Findings:
     running_after_end: dict[str, list[str]]
     workers_exited: list[dict[str, Any]]
     observed: dict[str, Any]  # the identity observer's report
-    allowed: list[str]  # jobs whose plan answer carried an identity warning
-    per_key: Counter[tuple[str, str]]  # TrainJobs not being deleted, per (job, attempt) label
+    coverage: dict[str, Any]  # the final attempts whose ranks the observer had to see run, and what it missed
+    unexpected_plans: list[dict[str, Any]]  # plan answers (and stored policies) the harness did not expect
     orphans: list[str]
     lost: list[str]
     stuck: list[str]
@@ -39,7 +46,9 @@ class Findings:
 def collect(ctx: Context, accepted: dict[str, dict[str, Any]], faults_over: float) -> Findings:
     run, kube, namespace = ctx.run, ctx.kube, ctx.namespace
     settled = settle(accepted, faults_over, ctx.args.settle_seconds)
-    log(f"settled after {settled:.0f} s; reading every job through the API")
+    log(f"settled after {settled:.0f} s; the observer watches {ctx.args.observe_after:.0f} s more")
+    time.sleep(ctx.args.observe_after)
+    log("reading every job through the API")
 
     # -- every job as the API shows it, and its pods as the API server lists them
     seen: dict[str, dict[str, Any]] = {}
@@ -70,13 +79,23 @@ def collect(ctx: Context, accepted: dict[str, dict[str, Any]], faults_over: floa
     running_after_end = {j: v for j, v in running_after_end.items() if v}
     workers_exited = ctx.stack.workers_that_exited()
 
-    # -- the identity observer's verdict (allowed: jobs whose plan answer carried an identity warning)
+    # -- the identity observer: its verdict, overlaps, TrainJob UIDs, and whether it saw what it had to
     ctx.observer.stop()
-    allowed = sorted(e["id"] for e in accepted.values() if e.get("identity_warnings"))
-    observed = ctx.observer.report(allowed_jobs=allowed, namespaces=[namespace])
+    observed = ctx.observer.report(namespaces=[namespace])
     (ctx.run_dir / "observer.json").write_text(json.dumps(observed, indent=1, sort_keys=True))
+    coverage = observer_coverage(observed["records"], namespace, seen)
+    unexpected_plans = [
+        {"job": job_id, "index": e["index"], "problems": problems}
+        for job_id, e in accepted.items()
+        if (problems := [*e.get("unexpected_plan", []), *stored_policy_problems(e, seen[job_id])])
+    ]
+    unexpected_plans += [
+        {"job": None, "index": e["index"], "problems": e["unexpected_plan"]}
+        for e in run.jobs.values()
+        if not e.get("id") and e.get("unexpected_plan")
+    ]
 
-    per_key, orphans, lost, stuck = reconcile(accepted, trainjobs, run.domains)
+    orphans, lost, stuck = reconcile(accepted, trainjobs, run.domains)
     pg_log = ctx.pg.log
     deadlocks = pg_log.read_text(errors="replace").count("deadlock detected") if pg_log.exists() else 0
     return Findings(
@@ -88,13 +107,41 @@ def collect(ctx: Context, accepted: dict[str, dict[str, Any]], faults_over: floa
         running_after_end=running_after_end,
         workers_exited=workers_exited,
         observed=observed,
-        allowed=allowed,
-        per_key=per_key,
+        coverage=coverage,
+        unexpected_plans=unexpected_plans,
         orphans=orphans,
         lost=lost,
         stuck=stuck,
         deadlocks=deadlocks,
     )
+
+
+def observer_coverage(
+    records: list[dict[str, Any]], namespace: str, seen: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """The final attempts the observer must have seen every rank of run (jobs that ended succeeded, or failed
+    with an app error: every rank ran), and those it did not."""
+    wanted = {
+        (namespace, job_id, str(job.get("current_attempt"))): RANKS
+        for job_id, job in seen.items()
+        if (job.get("state"), job.get("cause") or "") in RAN_TO_THE_END
+    }
+    counted = ranks_seen(records, wanted)
+    missing = [
+        {"job": job_id, "attempt": attempt, "ranks_seen": counted[(ns, job_id, attempt)], "ranks": ranks}
+        for (ns, job_id, attempt), ranks in sorted(wanted.items())
+        if counted[(ns, job_id, attempt)] < ranks
+    ]
+    return {"wanted": len(wanted), "covered": len(wanted) - len(missing), "missing": missing}
+
+
+def stored_policy_problems(entry: dict[str, Any], job: dict[str, Any]) -> list[str]:
+    """The recovery policy stored with the accepted job (GET /api/v1/jobs/<id>) against the harness's."""
+    if "recovery_policy" not in job:
+        return []
+    return [
+        f"stored recovery policy {d}" for d in policy_differences(entry["policy"], job["recovery_policy"])
+    ]
 
 
 def settle(accepted: dict[str, dict[str, Any]], faults_over: float, settle_seconds: float) -> float:
@@ -156,9 +203,9 @@ def trainjobs_by_job(trainjobs: list[dict[str, Any]]) -> dict[str, list[dict[str
 
 def reconcile(
     accepted: dict[str, dict[str, Any]], trainjobs: list[dict[str, Any]], domains: list[str]
-) -> tuple[Counter[tuple[str, str]], list[str], list[str], list[str]]:
-    """The database against the cluster: (TrainJobs per (job, attempt), orphaned TrainJobs, lost jobs, stuck
-    jobs)."""
+) -> tuple[list[str], list[str], list[str]]:
+    """The database against the cluster at the end: (orphaned TrainJobs, lost jobs, stuck jobs). (TrainJobs
+    made twice for one (job, attempt) are the observer's: it watched every UID for the whole run.)"""
     from django.db import connections
 
     from jobs.models import TERMINAL_STATES, Execution, Job
@@ -166,7 +213,6 @@ def reconcile(
     connections.close_all()
     jobs = {j.pk: j for j in Job.objects.filter(pk__in=list(accepted))}
     executions = list(Execution.objects.filter(job_id__in=list(jobs)))
-    per_key: Counter[tuple[str, str]] = Counter()
     orphans = []
     for tj in trainjobs:
         meta = tj["metadata"]
@@ -177,7 +223,6 @@ def reconcile(
         for domain in domains:
             if f"{domain}/job" in labels:
                 key = (labels[f"{domain}/job"], labels.get(f"{domain}/attempt", ""))
-        per_key[key] += 1
         conditions = (tj.get("status") or {}).get("conditions") or []
         finished = any(
             c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions
@@ -195,4 +240,4 @@ def reconcile(
         or (job_id not in submitted and jobs[job_id].state not in ("cancelled", "refused", "failed"))
     ]
     stuck = [j.pk for j in jobs.values() if j.state not in TERMINAL_STATES]
-    return per_key, orphans, lost, stuck
+    return orphans, lost, stuck

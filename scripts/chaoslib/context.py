@@ -15,6 +15,7 @@ from scripts.chaoslib.common import log
 from scripts.chaoslib.kube import Kube
 from scripts.chaoslib.outcomes import Hit
 from scripts.chaoslib.plan import RunPlan
+from scripts.chaoslib.plane import Plane, Witness
 from scripts.chaoslib.proxy import Proxy
 from scripts.chaoslib.stack import OwnPostgres, OwnRedis, Stack
 from scripts.identity_observer import IdentityObserver
@@ -58,7 +59,10 @@ class Context:
     plan: RunPlan
     run_id: str
     hexid: str
-    kube: Kube
+    kube: Kube  # the run's own client, through the witness API server (plane.Witness)
+    plane: Plane  # the local control plane's processes (the kill-* faults)
+    witness: Witness
+    celery: Any  # a Celery app on the run's Redis: asks a worker what it holds (kill-worker)
     client: Client
     stack: Stack
     pg: OwnPostgres

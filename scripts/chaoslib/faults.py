@@ -10,8 +10,9 @@ from typing import Any, Final
 from scripts.chaoslib.context import Context
 from scripts.chaoslib.faults_cluster import fault_eviction, fault_foreign_pods, fault_node_loss
 from scripts.chaoslib.faults_kueue import fault_kueue_wave
+from scripts.chaoslib.faults_plane import fault_kill_apiserver, fault_kill_controller
 from scripts.chaoslib.faults_services import (
-    fault_api_server,
+    fault_api_partition,
     fault_kill_worker,
     fault_label_domain,
     fault_postgres,
@@ -23,7 +24,11 @@ FAULTS: Final[dict[str, Callable[[Context, FaultPlan, float], dict[str, Any]]]] 
     "kill-worker": fault_kill_worker,
     "redis": fault_redis,
     "postgres": fault_postgres,
-    "api-server": fault_api_server,
+    "api-partition": fault_api_partition,
+    "kill-apiserver": fault_kill_apiserver,
+    "kill-trainer": fault_kill_controller,
+    "kill-jobset": fault_kill_controller,
+    "kill-kueue": fault_kill_controller,
     "eviction": fault_eviction,
     "node-loss": fault_node_loss,
     "label-domain": fault_label_domain,

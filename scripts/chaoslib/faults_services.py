@@ -1,5 +1,6 @@
-"""The faults to dispatch's own services, each verified as it happens: a Celery worker SIGKILLed, Redis and
-PostgreSQL restarted, the API server unreachable (the proxy refuses), the label domain changed mid-run."""
+"""The faults to dispatch's own services, each verified as it happens: a Celery worker SIGKILLed while it
+holds a start, Redis restarted, PostgreSQL crashed on durable settings and restarted, the API server cut off
+from dispatch (the proxy refuses), the label domain changed mid-run."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scripts.chaoslib.common import log
 from scripts.chaoslib.context import Context
 from scripts.chaoslib.plan import FaultPlan
 
@@ -20,7 +22,40 @@ def proxy_answers(ctx: Context) -> tuple[bool, str]:
         return False, repr(exc)[:200]
 
 
+def starts_held(ctx: Context, index: int) -> tuple[list[str], list[dict[str, Any]]]:
+    """What worker `index` holds, from its own state and the claims: the ids of the execution_submit tasks it
+    runs or holds for a retry (Celery's inspect, answered by the worker itself), and the executions whose
+    claim one of them holds in the database (a start's claim is its delivery's task id)."""
+    from django.db import connections
+    from django.utils import timezone
+
+    from jobs.enqueue import EXECUTION_SUBMIT
+    from jobs.models import Execution
+
+    name = ctx.stack.names[index]
+    inspect = ctx.celery.control.inspect(destination=[name], timeout=1.0)
+    held = [*((inspect.active() or {}).get(name) or []), *((inspect.scheduled() or {}).get(name) or [])]
+    requests = [t.get("request") or t for t in held]  # scheduled: {eta, request}; active: the request
+    tasks = [str(r.get("id")) for r in requests if r.get("name") == EXECUTION_SUBMIT]
+    if not tasks:
+        return [], []
+    try:
+        claims = list(
+            Execution.objects.filter(claim_holder__in=tasks, claim_until__gt=timezone.now()).values(
+                "id", "job_id", "attempt", "claim_holder", "claim_until", "state"
+            )
+        )
+    finally:
+        connections.close_all()
+    return tasks, [{**c, "claim_until": str(c["claim_until"])} for c in claims]
+
+
 def fault_kill_worker(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
+    """A worker SIGKILLed while it holds at least one start: it is asked what it runs (Celery's inspect), then
+    stopped (SIGSTOP: it can neither finish nor give up what it holds) and the database read for the claims
+    its tasks hold; with one held it is killed, else let go on (SIGCONT) and asked again, up to 90 s. After
+    the kill the claims are read again: a dead worker's claims, which only the claim's lease running out
+    (and the stale sweep) can free."""
     stack, kill_lock = ctx.stack, ctx.kill_lock
     with kill_lock:  # one kill at a time: each restarted worker is tracked, none leaks
         # The seed's worker, or the next one alive: a worker that died on its own is not killed again
@@ -28,29 +63,91 @@ def fault_kill_worker(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
         order = [(f.pick + n) % len(stack.workers) for n in range(len(stack.workers))]
         for dead in [i for i in order if stack.workers[i].poll() is not None]:
             stack.start_worker(dead)
+            time.sleep(3)
         index = order[0]
         victim = stack.workers[index]
         alive_before = victim.poll() is None
+        tasks: list[str] = []
+        claims: list[dict[str, Any]] = []
+        asked = 0
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and victim.poll() is None:
+            asked += 1
+            try:
+                running_tasks, _ = starts_held(ctx, index)
+                if running_tasks:
+                    victim.send_signal(signal.SIGSTOP)
+                    tasks, claims = starts_held_frozen(ctx, running_tasks)
+                    if claims:
+                        break
+                    victim.send_signal(signal.SIGCONT)
+            except Exception as exc:  # an outage may be on: ask again
+                victim.send_signal(signal.SIGCONT)
+                log(f"kill-worker: asking worker {index}: {exc!r}"[:300])
+            time.sleep(0.2)
         stack.killed.add(victim.pid)
         victim.send_signal(signal.SIGKILL)
         code = victim.wait(30)
+        after = claims_now(ctx, [c["id"] for c in claims])
         time.sleep(1)
         new = stack.start_worker(index)
         time.sleep(3)
         alive = new.poll() is None
-    verified = alive_before and code == -signal.SIGKILL and alive and new.pid != victim.pid
+    left = [c for c in after if c["claim_holder"] in tasks]
+    verified = alive_before and code == -signal.SIGKILL and alive and new.pid != victim.pid and bool(left)
     return {
         "verified": verified,
-        "summary": f"worker {index}: pid {victim.pid} exited {code}, new pid {new.pid} "
-        f"{'running' if alive else 'NOT running'}",
+        "summary": f"worker {index}: pid {victim.pid} exited {code} holding {len(claims)} start(s) "
+        f"({len(left)} claim(s) left by it after the kill), new pid {new.pid} "
+        f"{'running' if alive else 'NOT running'}"
+        + ("" if claims else f"; no start held in 90 s ({asked} asks)"),
         "evidence": {
             "worker": index,
+            "node": stack.names[index] if index < len(stack.names) else None,
             "old_pid": victim.pid,
             "exit": code,
+            "tasks_held": tasks,
+            "claims_held_when_killed": claims,
+            "claims_left_after_kill": left,
             "new_pid": new.pid,
             "new_running": alive,
         },
     }
+
+
+def starts_held_frozen(ctx: Context, tasks: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The claims the (stopped) worker's tasks hold: it cannot answer inspect now; the tasks it named just
+    before are the ones it runs, frozen."""
+    from django.db import connections
+    from django.utils import timezone
+
+    from jobs.models import Execution
+
+    try:
+        claims = list(
+            Execution.objects.filter(claim_holder__in=tasks, claim_until__gt=timezone.now()).values(
+                "id", "job_id", "attempt", "claim_holder", "claim_until", "state"
+            )
+        )
+    finally:
+        connections.close_all()
+    return tasks, [{**c, "claim_until": str(c["claim_until"])} for c in claims]
+
+
+def claims_now(ctx: Context, execution_ids: list[int]) -> list[dict[str, Any]]:
+    from django.db import connections
+
+    from jobs.models import Execution
+
+    try:
+        return [
+            {**c, "claim_until": str(c["claim_until"])}
+            for c in Execution.objects.filter(pk__in=execution_ids).values(
+                "id", "claim_holder", "claim_until", "state"
+            )
+        ]
+    finally:
+        connections.close_all()
 
 
 def fault_redis(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
@@ -77,31 +174,71 @@ def fault_redis(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
 
 
 def fault_postgres(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
+    """PostgreSQL crashes (every process SIGKILLed at once) on durable settings and starts again: crash
+    recovery, a new postmaster, and every job answered 202 before the crash still there."""
     pg, pg_pids = ctx.pg, ctx.pg_pids
     old = pg.pid()
     before, _ = pg.answer()
-    pg.stop()
+    settings = pg.durability()
+    with ctx.run.lock:
+        accepted = [e["id"] for e in ctx.run.jobs.values() if e.get("id")]
+    log_offset = pg.log.stat().st_size if pg.log.exists() else 0
+    killed = pg.crash()
     up, error = pg.answer()
-    time.sleep(5)
+    time.sleep(3)
     new = pg.start()
     pg_pids.append(new)
     after, directory = pg.answer()
     ours = after and Path(directory).resolve() == pg.data.resolve()
-    verified = before and not up and ours and new != old
+    text = pg.log.read_text(errors="replace")[log_offset:] if pg.log.exists() else ""
+    recovered = "automatic recovery in progress" in text or "not properly shut down" in text
+    lost = missing_jobs(accepted)
+    durable = all(v == "on" for v in settings.values())
+    verified = before and not up and ours and new != old and recovered and durable and not lost
     return {
         "verified": verified,
-        "summary": f"postmaster {old} stopped: connections refused ({error[:60]}); "
-        f"postmaster {new} accepts ({'our data directory' if ours else directory})",
+        "summary": f"postmaster {old} and {len(killed) - 1} other processes SIGKILLed ({_on(settings)}): "
+        f"connections refused ({error[:50]}); postmaster {new} "
+        f"{'ran crash recovery' if recovered else 'did NOT run crash recovery'}; "
+        f"{len(accepted) - len(lost)} of {len(accepted)} accepted jobs there",
         "evidence": {
             "postmaster_before": old,
+            "killed": killed,
+            "durability": settings,
             "down_error": error,
             "postmaster_after": new,
             "data_directory": directory,
+            "crash_recovery_logged": recovered,
+            "accepted_before": len(accepted),
+            "accepted_lost": lost,
         },
     }
 
 
-def fault_api_server(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
+def _on(settings: dict[str, str]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in settings.items())
+
+
+def missing_jobs(job_ids: list[str]) -> list[str]:
+    """The jobs of these ids the database does not have (read afresh, retried while it starts up)."""
+    from django.db import connections
+
+    from jobs.models import Job
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            found = set(Job.objects.filter(pk__in=job_ids).values_list("pk", flat=True))
+            return sorted(set(job_ids) - found)
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+        finally:
+            connections.close_all()
+
+
+def fault_api_partition(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
     args, proxy = ctx.args, ctx.proxy
     before, version = proxy_answers(ctx)
     proxy.pause()

@@ -8,7 +8,20 @@ from dataclasses import asdict
 from typing import Any
 
 from scripts.chaoslib.context import Context
-from scripts.chaoslib.plan import POLICIES, JobPlan, job_body
+from scripts.chaoslib.plan import POLICIES, JobPlan, expected_policy, job_body, policy_differences
+
+
+def plan_problems(
+    expected: Mapping[str, Any], status: int | None, planned: Mapping[str, Any] | None
+) -> list[str]:
+    """What is unexpected in dispatch's plan answer for a job of the run: anything but a 200, a recovery
+    policy other than the one the harness's tables give, or any identity warning (dispatch-kind runs each
+    rank once). Pure."""
+    if status != 200 or planned is None:
+        return [f"plan answered {status if status is not None else 'nothing'}"]
+    problems = [f"recovery policy {d}" for d in policy_differences(expected, planned.get("recovery_policy"))]
+    problems += [f"identity warning: {w}" for w in planned.get("identity_warnings") or []]
+    return problems
 
 
 def submit(ctx: Context, item: JobPlan, extra: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
@@ -18,19 +31,23 @@ def submit(ctx: Context, item: JobPlan, extra: Mapping[str, Any] | None = None) 
         "index": item.index,
         "kind": item.kind,
         "policy_name": item.policy,
+        "policy": expected_policy(POLICIES[item.policy]),  # the harness's, never dispatch's answer
         "plan": asdict(item),
     }
     answer = client.call("POST", "/api/v1/plan", token, run_deadline, json=body)
-    if answer is None or answer.status_code != 200:
+    planned = answer.json() if answer is not None and answer.status_code == 200 else None
+    entry["unexpected_plan"] = plan_problems(
+        entry["policy"], answer.status_code if answer is not None else None, planned
+    )
+    if planned is None:
         entry["error"] = (
             f"plan answered {answer.status_code}: {answer.text[:300]}"
             if answer is not None
             else "plan: no answer"
         )
     else:
-        planned = answer.json()
         entry["identity_warnings"] = planned.get("identity_warnings") or []
-        entry["policy"] = planned.get("recovery_policy") or POLICIES[item.policy]
+        entry["plan_policy"] = planned.get("recovery_policy")
     key = f"chaos-{ctx.run_id}-{item.index}"
     response = client.call(
         "POST", "/api/v1/jobs", token, run_deadline, json=body, headers={"Idempotency-Key": key}

@@ -15,7 +15,20 @@ LONG: Final = "long"
 KUEUE_LOW: Final = "kueue-low"
 KUEUE_HIGH: Final = "kueue-high"
 KIND_WEIGHTS: Final = {SUCCEEDS: 55, APP_ERROR: 10, UNTIL_CANCELLED: 20, LONG: 15}
+OUTAGES: Final = ("redis", "postgres", "api-partition", "kill-apiserver")
+CONTROLLERS: Final = ("kill-trainer", "kill-jobset")
 
+# The site's default recovery policy, as the run sets it (PATCH /api/v1/settings) before any job: every part
+# of dispatch's built-in default it names, so the policy a job runs under is this table merged with the job's
+# own (POLICIES), per part and cause, and nothing of dispatch's (expected_policy). It retries what the run's
+# faults do once, so a job on the site's policy ends differently from one on `retry` or `no-retry`.
+SITE_DEFAULT_POLICY: Final[dict[str, dict[str, int]]] = {
+    "retry": {"preempted": 1, "node-lost": 1, "evicted": 1, "no-capacity": 0, "app-error": 0, "oom": 0},
+    "backoff_seconds": {"preempted": 2, "node-lost": 2, "evicted": 2},
+    "budgets": {"infrastructure": 2, "user": 0},
+}
+
+# The jobs' own recovery policies (the submission's `recovery_policy`), by name; `site`: none of its own.
 POLICIES: Final[dict[str, dict[str, Any]]] = {
     "retry": {
         "retry": {"preempted": 2, "evicted": 2, "node-lost": 2},
@@ -23,7 +36,33 @@ POLICIES: Final[dict[str, dict[str, Any]]] = {
         "budgets": {"infrastructure": 3},
     },
     "no-retry": {"retry": {"preempted": 0, "evicted": 0, "node-lost": 0}},
+    "site": {},
 }
+
+
+def expected_policy(override: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """The policy a job runs under, from the harness's tables alone: the site's default the run set, then the
+    job's own, per part and cause (the documented merge; DESIGN.md, recovery policies). Pure."""
+    merged = {part: dict(values) for part, values in SITE_DEFAULT_POLICY.items()}
+    for part in merged:
+        merged[part].update(override.get(part) or {})
+    return merged
+
+
+def policy_differences(expected: Mapping[str, Any], answered: Mapping[str, Any] | None) -> list[str]:
+    """Where a policy dispatch answered differs from the expected one, for every part and cause the
+    expectation names (parts and causes it does not name are dispatch's built-in default: not judged).
+    Pure."""
+    if not isinstance(answered, Mapping):
+        return [f"no recovery policy in the answer ({answered!r})"]
+    found = []
+    for part, values in expected.items():
+        given = answered.get(part)
+        given = given if isinstance(given, Mapping) else {}
+        for cause, value in values.items():
+            if given.get(cause) != value:
+                found.append(f"{part}.{cause}: {given.get(cause)!r}, expected {value!r}")
+    return found
 
 
 @dataclass(frozen=True)
@@ -73,15 +112,21 @@ def make_plan(*, seed: int, jobs: int, short: bool, kueue: bool) -> RunPlan:
     kills = 1 if short else 8
     evictions = 1 if short else 6
     # The short run keeps its outages after the targeted faults' jobs started: a start message lost with Redis
-    # waits for the stale sweep (up to 2 min), longer than `make test` should. The full run mixes them.
-    outages = (20.0, window) if short else (3.0, window)
+    # waits for the stale sweep (up to 2 min), longer than `make test` should; at least 16 s apart, so each
+    # outage (the partition: 12 s; the API server takes 5-15 s to start again) ends before the next. The
+    # full run mixes them.
+    outages = (20.0, 20.0 + 18.0 * len(OUTAGES)) if short else (3.0, window)
     targeted = (8.0, 18.0) if short else (8.0, submit_phase)
     faults = [FaultPlan(rng.uniform(3, window), "kill-worker", rng.randrange(1 << 30)) for _ in range(kills)]
-    # The three outages in separate thirds of their window.
-    third = (outages[1] - outages[0]) / 3
-    for n, what in enumerate(rng.sample(["redis", "postgres", "api-server"], 3)):
-        lo = outages[0] + n * third
-        faults.append(FaultPlan(rng.uniform(lo, lo + max(1.0, third - 10)), what, 0))
+    # The outages, each in a part of its window of its own: Redis and PostgreSQL restarted, the API server cut
+    # off from dispatch (the proxy), the API server itself killed and restarted.
+    slot = (outages[1] - outages[0]) / len(OUTAGES)
+    for n, what in enumerate(rng.sample(list(OUTAGES), len(OUTAGES))):
+        lo = outages[0] + n * slot
+        faults.append(FaultPlan(rng.uniform(lo, lo + max(2.0, slot - 16)), what, 0))
+    # The controllers under dispatch, each killed mid-run (while jobs are submitted) and started again.
+    for what in (*CONTROLLERS, *(("kill-kueue",) if kueue else ())):
+        faults.append(FaultPlan(rng.uniform(5, window * 0.8), what, 0))
     faults += [
         FaultPlan(rng.uniform(*targeted), "eviction", rng.randrange(1 << 30)) for _ in range(evictions)
     ]
@@ -91,7 +136,7 @@ def make_plan(*, seed: int, jobs: int, short: bool, kueue: bool) -> RunPlan:
     )
     # The domain change ends every job still running on a build that supervises by the site's domain: in the
     # short run it comes last, so the faults before it are judged on their own.
-    domain_at = (window * 0.75, window * 0.8) if short else (window * 0.3, window * 0.7)
+    domain_at = (outages[1] + 2, outages[1] + 6) if short else (window * 0.3, window * 0.7)
     faults.append(FaultPlan(rng.uniform(*domain_at), "label-domain", 0))
     if kueue:
         faults.append(FaultPlan(rng.uniform(3, window * 0.4), "kueue-wave", rng.randrange(1 << 30)))
@@ -162,6 +207,6 @@ def job_body(item: JobPlan, namespace: str, extra: Mapping[str, Any] | None = No
         "num_nodes": 2,
         "display_name": f"chaos {item.kind} #{item.index}",
         "env": env,
-        "recovery_policy": POLICIES[item.policy],
+        **({"recovery_policy": POLICIES[item.policy]} if POLICIES[item.policy] else {}),
         **(extra or {}),
     }

@@ -1,9 +1,12 @@
-"""make chaos (scripts/chaos.py): its judgement (pure: the plan, what each job is expected to end as, what
-counts as a mismatch), its API server outage (a real proxy that must refuse), and the short run inside
-`make test`: 12 jobs through real processes (gunicorn, Celery workers and beat, the pod watch) on a
-PostgreSQL and a Redis the run starts itself on free ports, while a worker is SIGKILLed, Redis and PostgreSQL
-restart, the API server is unreachable, a rank pod is evicted, a KWOK node is lost, the label domain changes
-and a stranger makes pods carrying a job's labels. The run's figures must all be at target."""
+"""make chaos (scripts/chaos.py): its judgement (pure: the plan, what each job is expected to end as from the
+harness's own tables, what counts as a mismatch or an unexpected plan answer), its broken builds (each still
+applies to the code), its API server partition (a real proxy that must refuse), and the short run inside
+`make test`: 12 jobs through real processes in the shape `make up` runs them (gunicorn from gunicorn.conf.py,
+two threads workers, beat, the pod watch) on a durable PostgreSQL and a Redis the run starts itself on free
+ports, while a worker is SIGKILLed holding a start, Redis restarts, PostgreSQL crashes, the API server is cut
+off and then killed, the Trainer, JobSet and Kueue controllers are killed, a rank pod is evicted, a KWOK node
+is lost, the label domain changes and a stranger makes pods carrying a job's labels. The run's figures must
+all be at target, and its report must name the commit, the shape and the durability it ran."""
 
 from __future__ import annotations
 
@@ -43,12 +46,19 @@ def test_the_plan_is_the_seeds_and_every_targeted_fault_has_jobs_of_its_own() ->
         "kill-worker",
         "redis",
         "postgres",
-        "api-server",
+        "api-partition",
+        "kill-apiserver",
+        "kill-trainer",
+        "kill-jobset",
         "eviction",
         "node-loss",
         "label-domain",
         "foreign-pods",
     }
+    # The outages never overlap in the short run: each starts at least 16 s after the one before (the
+    # partition lasts 12 s there).
+    outages = sorted(by_fault[name].at for name in ("redis", "postgres", "api-partition", "kill-apiserver"))
+    assert all(b - a >= 16 for a, b in itertools.pairwise(outages)), outages
     for name, count, kind in (
         ("eviction", 1, chaos.LONG),
         ("foreign-pods", 1, chaos.LONG),
@@ -67,21 +77,28 @@ def test_the_plan_is_the_seeds_and_every_targeted_fault_has_jobs_of_its_own() ->
     full = chaos.make_plan(seed=1, jobs=200, short=False, kueue=True)
     assert len(full.jobs) == 200
     assert sum(f.fault == "kueue-wave" for f in full.faults) == 1
+    assert sum(f.fault == "kill-kueue" for f in full.faults) == 1
     assert sum(f.fault == "eviction" for f in full.faults) == 6
+    assert {j.policy for j in full.jobs} == set(chaos.POLICIES)
 
 
 # ---------------------------------------------------------------- expectations
 
 
 def test_the_harness_reads_a_policy_as_dispatch_documents_it() -> None:
-    """chaos states the retry rule itself (so a broken dispatch cannot change what is expected); here it is
-    held against jobs.recovery.decide on every small case, so the two cannot drift apart unnoticed."""
+    """chaos states the retry rule and the merge of the site's default with a job's policy itself (so a broken
+    dispatch cannot change what is expected); here both are held against jobs.recovery on every small case,
+    so the two cannot drift apart unnoticed."""
     from jobs import recovery
 
+    for override in chaos.POLICIES.values():
+        resolved = recovery.resolve(chaos.SITE_DEFAULT_POLICY, override)
+        assert chaos.policy_differences(chaos.expected_policy(override), resolved) == [], override
     causes = ["preempted", "evicted", "node-lost", "app-error"]
     policies = [
-        recovery.resolve(None, RETRY),
-        recovery.resolve(None, NO_RETRY),
+        chaos.expected_policy(RETRY),
+        chaos.expected_policy(NO_RETRY),
+        chaos.expected_policy(chaos.POLICIES["site"]),
         recovery.resolve(None, {"retry": {"evicted": 2, "node-lost": 2}, "budgets": {"infrastructure": 1}}),
     ]
     for policy in policies:
@@ -91,6 +108,74 @@ def test_the_harness_reads_a_policy_as_dispatch_documents_it() -> None:
                     assert chaos.retried(policy, list(earlier), cause) == (
                         recovery.decide(policy, list(earlier), cause).retry
                     ), (policy, earlier, cause)
+
+
+def test_a_plan_answer_the_harness_did_not_expect_is_named() -> None:
+    from jobs import recovery
+
+    expected = chaos.expected_policy(RETRY)
+    assert chaos.plan_problems(expected, 200, {"recovery_policy": expected, "identity_warnings": []}) == []
+    # The site's layer left out (the `plan-policy` break): a job with no policy of its own gets dispatch's
+    # built-in default instead of the site's.
+    site = chaos.expected_policy(chaos.POLICIES["site"])
+    without_site = {"recovery_policy": recovery.resolve(None, None), "identity_warnings": []}
+    assert chaos.plan_problems(site, 200, without_site) == [
+        "recovery policy retry.preempted: 3, expected 1",
+        "recovery policy retry.node-lost: 3, expected 1",
+        "recovery policy retry.evicted: 3, expected 1",
+        "recovery policy backoff_seconds.preempted: None, expected 2",
+        "recovery policy backoff_seconds.node-lost: None, expected 2",
+        "recovery policy backoff_seconds.evicted: None, expected 2",
+        "recovery policy budgets.infrastructure: 3, expected 2",
+    ]
+    # Parts and causes the harness does not name are dispatch's built-in default: not judged.
+    extra = {**expected, "retry": {**expected["retry"], "cluster-lost": 1}}
+    assert chaos.plan_problems(expected, 200, {"recovery_policy": extra, "identity_warnings": []}) == []
+    warned = chaos.plan_problems(
+        expected, 200, {"recovery_policy": expected, "identity_warnings": ["the JobSet may restart"]}
+    )
+    assert warned == ["identity warning: the JobSet may restart"]
+    assert chaos.plan_problems(expected, 503, None) == ["plan answered 503"]
+    assert chaos.plan_problems(expected, None, None) == ["plan answered nothing"]
+
+
+def test_every_broken_build_still_applies_to_the_code_and_names_a_figure(tmp_path: Path) -> None:
+    """A break whose code moved would test nothing: each edit's text is in the checkout exactly once, the
+    broken copy carries it, and the checkout itself is left alone."""
+    figures = {
+        "jobs_accepted", "outcome_mismatches", "unexpected_plan_answers", "attempt_overlap",
+        "trainjob_duplicates", "observer_coverage_missing", "observer_errors", "stuck_jobs",
+    }  # fmt: skip
+    assert {b.figure for b in chaos.BREAKS.values()} <= figures
+    for b in chaos.BREAKS.values():
+        for edit in b.edits:
+            original = (REPO / edit.path).read_text()
+            assert edit.new not in original, (b.name, edit.path)
+            chaos.apply_edit(original, edit)  # raises unless the text is there once
+    copy = chaos.broken_copy("overlap", tmp_path / "checkout")
+    [edit] = chaos.BREAKS["overlap"].edits
+    assert edit.new in (copy / edit.path).read_text() and edit.new not in (REPO / edit.path).read_text()
+    assert (copy / "manage.py").read_text() == (REPO / "manage.py").read_text()
+    with pytest.raises(ValueError, match="there 0 times"):
+        chaos.apply_edit("nothing", edit)
+
+
+def test_the_report_names_the_commit_and_whether_the_checkout_differs_from_it(tmp_path: Path) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "a.txt").write_text("one\n")
+    git("add", "a.txt")
+    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "first")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True)
+    clean = chaos.commit_of(tmp_path)
+    assert (clean["sha"], clean["dirty"], clean["subject"]) == (head.stdout.strip(), False, "first")
+    (tmp_path / "untracked.txt").write_text("not part of the build\n")
+    assert chaos.commit_of(tmp_path)["dirty"] is False
+    (tmp_path / "a.txt").write_text("two\n")
+    dirty = chaos.commit_of(tmp_path)
+    assert dirty["dirty"] is True and dirty["changed"] == [" M a.txt"]
 
 
 def _expect(kind: str, *, hits: Sequence[Hit] = (), policy: dict[str, Any] = RETRY, cancel: str | None = None,

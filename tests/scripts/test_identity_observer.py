@@ -18,13 +18,19 @@ from typing import Any
 import pytest
 
 from scripts.identity_observer import (
+    ATTEMPT_OVERLAP,
     IDENTITY_CONFLICT,
     NO_ATTEMPT,
     NO_COMPLETION_INDEX,
     RAN_TWICE,
     RESTARTED_IN_PLACE,
+    TRAINJOB_DUPLICATE,
+    attempt_overlaps,
     mark_vanished,
     observe,
+    observe_trainjob,
+    ranks_seen,
+    trainjob_duplicates,
     verdict,
 )
 
@@ -349,16 +355,19 @@ def test_a_sidecar_restart_is_no_violation() -> None:
     assert judge([r])["ok"]
 
 
-# ---------------------------------------------------------------- allowed, excluded, anomalies
+# ---------------------------------------------------------------- nothing waived, excluded, anomalies
 
 
-def test_a_job_whose_plan_carried_the_identity_warning_is_allowed_and_others_are_still_judged() -> None:
-    allowed = [ran("u-allowed001"), ran("u-allowed002", start=5)]
+def test_every_jobs_rerun_is_a_violation_none_is_waived() -> None:
+    """The verdict takes no list of jobs to let off (the chaos harness once waived every job whose plan
+    carried an identity warning: a regression in that warning would have moved the expectation with it)."""
+    import inspect
+
+    assert list(inspect.signature(verdict).parameters) == ["records", "namespaces"]
+    both = [ran("u-one0000001"), ran("u-one0000002", start=5)]
     other = [ran("u-other00001", job="jbbbbbbbbbb"), ran("u-other00002", start=5, job="jbbbbbbbbbb")]
-    v = judge([*allowed, *other], allowed_jobs={"jaaaaaaaaaa"})
-    assert [f["job"] for f in v["violations"]] == ["jbbbbbbbbbb"]
-    assert [(f["job"], uids(f)) for f in v["allowed"]] == [("jaaaaaaaaaa", ["u-allowed001", "u-allowed002"])]
-    assert judge(allowed, allowed_jobs={"jaaaaaaaaaa"})["ok"]
+    v = judge([*both, *other])
+    assert [f["job"] for f in v["violations"]] == ["jaaaaaaaaaa", "jbbbbbbbbbb"] and "allowed" not in v
 
 
 def test_pods_that_are_not_dispatch_job_ranks_are_counted_and_never_judged() -> None:
@@ -418,7 +427,7 @@ def test_a_rank_pod_without_completion_index_or_attempt_is_an_anomaly_not_a_gues
 # ---------------------------------------------------------------- the CLI on an earlier report
 
 
-def test_the_cli_judges_an_earlier_reports_records_again_with_allowed_jobs(tmp_path: Path) -> None:
+def test_the_cli_judges_an_earlier_reports_records_again(tmp_path: Path) -> None:
     records = [ran("u-first00001"), ran("u-second0001", start=5)]
     earlier = tmp_path / "report.json"
     earlier.write_text(json.dumps({"records": records, "watch": {"gaps": []}, "verdict": judge(records)}))
@@ -438,10 +447,151 @@ def test_the_cli_judges_an_earlier_reports_records_again_with_allowed_jobs(tmp_p
     assert code == 1 and [uids(f) for f in report["verdict"]["violations"]] == [
         ["u-first00001", "u-second0001"]
     ]
-    allow = tmp_path / "allowed.txt"
-    allow.write_text("jaaaaaaaaaa\n")
-    code, report = cli("--allowed-jobs-file", str(allow))
-    assert code == 0 and report["verdict"]["violations"] == [] and len(report["verdict"]["allowed"]) == 1
+    code, report = cli("--namespace", "elsewhere")
+    assert code == 0 and report["verdict"]["counts"]["pods_outside_namespaces"] == 2
+
+
+# ---------------------------------------------------------------- attempts overlapping
+
+
+def at_rv(obj: dict[str, Any], rv: int) -> dict[str, Any]:
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(rv)}}
+
+
+def attempt_pod(uid: str, attempt: str, rank: str, *, ran_rv: int, ended_rv: int | None) -> dict[str, Any]:
+    """A rank pod of attempt `attempt` seen Running at resourceVersion ran_rv and deleted at ended_rv (None:
+    still running at the end)."""
+    observations = [
+        (at_rv(pod(uid, attempt=attempt, rank=rank, phase="Pending"), ran_rv - 1), "ADDED"),
+        (at_rv(pod(uid, attempt=attempt, rank=rank, phase="Running"), ran_rv), "MODIFIED"),
+    ]
+    if ended_rv is not None:
+        observations.append(
+            (at_rv(pod(uid, attempt=attempt, rank=rank, phase="Running"), ended_rv), "DELETED")
+        )
+    return record(*observations)
+
+
+def test_a_pod_of_attempt_2_running_before_the_last_pod_of_attempt_1_ended_is_an_overlap() -> None:
+    one = [
+        attempt_pod("u-a1r0", "1", "0", ran_rv=10, ended_rv=30),
+        attempt_pod("u-a1r1", "1", "1", ran_rv=11, ended_rv=50),
+    ]
+    early = [
+        attempt_pod("u-a2r0", "2", "0", ran_rv=45, ended_rv=None),
+        attempt_pod("u-a2r1", "2", "1", ran_rv=60, ended_rv=None),
+    ]
+    [overlap] = attempt_overlaps([*one, *early])
+    assert overlap["kind"] == ATTEMPT_OVERLAP
+    assert (overlap["job"], overlap["earlier_attempt"], overlap["later_attempt"]) == ("jaaaaaaaaaa", 1, 2)
+    assert overlap["compared_by"] == "resourceVersion"
+    assert (overlap["later_pod_ran"]["uid"], overlap["later_pod_ran"]["ran_rv"]) == ("u-a2r0", 45)
+    assert (overlap["earlier_pod_ended"]["uid"], overlap["earlier_pod_ended"]["ended_rv"]) == ("u-a1r1", 50)
+    # The same pods once attempt 1's last pod ended first: none. (The observer's clock says the opposite
+    # here, one second per observation: the resourceVersions decide.)
+    late = [attempt_pod("u-a2r0", "2", "0", ran_rv=51, ended_rv=None)]
+    assert attempt_overlaps([*one, *late]) == []
+
+
+def test_an_earlier_attempt_never_seen_ending_still_runs_and_pods_that_never_ran_do_not_count() -> None:
+    running = attempt_pod("u-a1r0", "1", "0", ran_rv=10, ended_rv=None)
+    later = attempt_pod("u-a3r0", "3", "0", ran_rv=99, ended_rv=None)
+    assert [(o["earlier_attempt"], o["later_attempt"]) for o in attempt_overlaps([running, later])] == [
+        (1, 3)
+    ]
+    never_ran = record(
+        (at_rv(pod("u-a1pend", phase="Pending"), 5), "ADDED"),
+        (at_rv(pod("u-a1pend", phase="Pending"), 6), "DELETED"),
+    )
+    assert attempt_overlaps([never_ran, later]) == []
+    # Other jobs, other namespaces, sessions and bare pods are not attempts of this job.
+    assert (
+        attempt_overlaps([running, record((at_rv(pod("u-b", job="jbbbbbbbbbb", attempt="2"), 20), "ADDED"))])
+        == []
+    )
+    assert attempt_overlaps([running, later], namespaces={"elsewhere"}) == []
+
+
+def test_a_vanished_pod_ended_at_the_relist_that_missed_it() -> None:
+    seen = attempt_pod("u-a1r0", "1", "0", ran_rv=10, ended_rv=None)
+    gone = mark_vanished(seen, at=_at(40), rv=70)
+    assert (gone["ended_rv"], gone["ended_seen_at"]) == (70, _at(40))
+    assert attempt_overlaps([gone, attempt_pod("u-a2r0", "2", "0", ran_rv=65, ended_rv=None)])
+    assert not attempt_overlaps([gone, attempt_pod("u-a2r0", "2", "0", ran_rv=71, ended_rv=None)])
+
+
+def test_records_of_several_clusters_are_ordered_by_the_observers_clock() -> None:
+    first = record((at_rv(pod("u-c1"), 900), "MODIFIED"), (at_rv(pod("u-c1"), 901), "DELETED"), start=0)
+    first["cluster"] = "worker-1"
+    second = record((at_rv(pod("u-c2", attempt="2"), 5), "MODIFIED"), start=3)  # a later moment, lower rv
+    second["cluster"] = "worker-2"
+    assert attempt_overlaps([first, second]) == []
+    early = record((at_rv(pod("u-c3", attempt="2"), 5), "MODIFIED"), start=0)
+    early["cluster"] = "worker-2"
+    [overlap] = attempt_overlaps([first, early])
+    assert overlap["compared_by"] == "the observer's clock"
+
+
+# ---------------------------------------------------------------- coverage and TrainJob duplicates
+
+
+def test_ranks_seen_counts_each_rank_that_ran_once_per_wanted_attempt() -> None:
+    records = [
+        ran("u-r0"),
+        ran("u-r0-again", start=5),  # the same rank twice: one rank seen
+        record((pod("u-r1", rank="1", phase="Pending"), "ADDED")),  # never ran
+        ran("u-bare", rank="1", owner_kind=None),  # not made by a Job
+        ran("u-other", attempt="2", rank="1"),
+    ]
+    wanted = {
+        ("team", "jaaaaaaaaaa", "1"): 2,
+        ("team", "jaaaaaaaaaa", "2"): 2,
+        ("team", "jzzzzzzzzzz", "1"): 2,
+    }
+    assert ranks_seen(records, wanted) == {
+        ("team", "jaaaaaaaaaa", "1"): 1,
+        ("team", "jaaaaaaaaaa", "2"): 1,
+        ("team", "jzzzzzzzzzz", "1"): 0,
+    }
+
+
+def trainjob(uid: str, name: str, labels: dict[str, str], *, namespace: str = "team") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "uid": uid,
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "resourceVersion": "7",
+        }
+    }
+
+
+def test_two_uids_under_one_name_or_one_job_and_attempt_are_a_duplicate() -> None:
+    labels = {"dispatch.dev/job": "jaaaaaaaaaa", "dispatch.dev/attempt": "1"}
+    first = observe_trainjob(None, trainjob("t-1", "jaaaaaaaaaa-1", labels), event="ADDED", at=_at(0))
+    first = observe_trainjob(first, trainjob("t-1", "jaaaaaaaaaa-1", labels), event="DELETED", at=_at(1))
+    again = observe_trainjob(None, trainjob("t-2", "jaaaaaaaaaa-1", labels), event="ADDED", at=_at(2))
+    [duplicate] = trainjob_duplicates([first, again])
+    # One finding for the pair: by (job, attempt) from the labels (the same pair by name is not repeated).
+    assert duplicate["kind"] == TRAINJOB_DUPLICATE
+    assert (duplicate["by"], duplicate["key"]) == ("labels", "jaaaaaaaaaa/1")
+    assert [(t["uid"], t["deleted_at"]) for t in duplicate["trainjobs"]] == [("t-1", _at(1)), ("t-2", None)]
+    # Another name, the same job and attempt by its labels; the same name without labels.
+    renamed = observe_trainjob(None, trainjob("t-3", "other-name", labels), event="ADDED", at=_at(3))
+    [by_labels] = trainjob_duplicates([first, renamed])
+    assert (by_labels["by"], by_labels["key"]) == ("labels", "jaaaaaaaaaa/1")
+    unlabelled = observe_trainjob(None, trainjob("t-6", "jaaaaaaaaaa-1", {}), event="ADDED", at=_at(6))
+    [by_name] = trainjob_duplicates([first, unlabelled])
+    assert (by_name["by"], by_name["key"]) == ("name", "jaaaaaaaaaa-1")
+    # Attempt 2 is another TrainJob; the same name in another namespace is another TrainJob.
+    attempt_2 = {"dispatch.dev/job": "jaaaaaaaaaa", "dispatch.dev/attempt": "2"}
+    next_one = observe_trainjob(None, trainjob("t-4", "jaaaaaaaaaa-2", attempt_2), event="ADDED", at=_at(4))
+    elsewhere = observe_trainjob(
+        None, trainjob("t-5", "jaaaaaaaaaa-1", labels, namespace="other"), event="ADDED", at=_at(5)
+    )
+    assert trainjob_duplicates([first, next_one, elsewhere]) == []
+    assert trainjob_duplicates([first, again], namespaces={"other"}) == []
 
 
 def test_session_and_job_ids_as_dispatch_makes_them_are_told_apart() -> None:

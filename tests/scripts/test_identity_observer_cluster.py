@@ -2,9 +2,10 @@
 to fail. Rank reruns are made on purpose with raw JobSets the test creates with its own client (no dispatch
 code involved): the Job controller replaces a failed pod under the same completion index when backoffLimit
 allows it (KWOK fails the pod: KWOK_EXIT_CODE, scripts/k8s/kwok-stages.yaml), and the observer must name that
-identity with both pod UIDs, which the test reads itself from the API server. A clean JobSet and an allowed
-job give no violation. Then dispatch's own start path, with the identity published through env and through an
-init container, is read the way the observer reads it.
+identity with both pod UIDs, which the test reads itself from the API server. A clean JobSet gives no
+violation; one job's attempts overlapping, and a TrainJob made again under its name, are found too. Then
+dispatch's own start path, with the identity published through env and through an init container, is read
+the way the observer reads it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
-from scripts.identity_observer import RAN_TWICE, RESTARTED_IN_PLACE, IdentityObserver
+from scripts.identity_observer import (
+    RAN_TWICE,
+    RESTARTED_IN_PLACE,
+    IdentityObserver,
+    attempt_overlaps,
+    ranks_seen,
+    trainjob_duplicates,
+)
 from tests.support.dispatch import trainer_job, wait_for
 
 pytestmark = [pytest.mark.cluster]
@@ -195,31 +203,98 @@ def test_a_jobset_whose_ranks_each_run_once_gives_no_violation(
     assert {r["identity_source"] for r in records} == {source}
 
 
-def test_a_job_allowed_to_rerun_gives_no_violation_while_another_jobs_rerun_still_does(
+def _attempt_jobset(name: str, *, job: str, attempt: str) -> dict[str, Any]:
+    body = _jobset(name, job=job, backoff_limit=0, kwok={"KWOK_STAY_RUNNING": "1"})
+    node = body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    node["env"] = [e if e["name"] != "DISPATCH_ATTEMPT" else {**e, "value": attempt} for e in node["env"]]
+    return body
+
+
+def test_attempt_2_running_while_a_pod_of_attempt_1_still_runs_is_an_overlap_and_after_it_is_not(
     kube: Any, namespace: str, observer: IdentityObserver
 ) -> None:
-    allowed, other = _job_id(), _job_id()
-    kwok = {"KWOK_EXIT_CODE": "3", "KWOK_RUN_DURATION": "1s"}
-    for name, job in (("allowed", allowed), ("other", other)):
-        _create(kube, namespace, _jobset(name, job=job, backoff_limit=1, completions=1, kwok=kwok))
-    for name in ("allowed", "other"):
+    """Raw JobSets carrying one job's attempts 1, 2 and 3: 2 starts while 1 still runs (an overlap, ordered
+    by the resourceVersions of the writes the observer saw); 3 starts only once 2's pods are gone (none)."""
+    job = _job_id()
 
-        def failed(jobset: str = name) -> bool:
-            return _jobset_condition(kube, namespace, jobset, "Failed")
+    def running(name: str) -> set[str]:
+        pods = _pods(kube, namespace, name)
+        return (
+            {p.metadata.uid for p in pods}
+            if len(pods) == 2 and all(p.status.phase == "Running" for p in pods)
+            else set()
+        )
 
-        wait_for(failed, timeout=120, what=f"JobSet {name} Failed")
-    ranks = {name: _uids_by_rank(kube, namespace, name)["0"] for name in ("allowed", "other")}
-    wait_for(lambda: _seen(observer, ranks["allowed"] | ranks["other"], _ended), what="all four pods end")
+    _create(kube, namespace, _attempt_jobset("first", job=job, attempt="1"))
+    first = wait_for(lambda: running("first"), what="attempt 1 running")
+    _create(kube, namespace, _attempt_jobset("second", job=job, attempt="2"))
+    second = wait_for(lambda: running("second"), what="attempt 2 running")
+    wait_for(lambda: _seen(observer, first | second, lambda r: r["ran"]), what="the observer sees 4 pods run")
+    kube.custom.delete_namespaced_custom_object(
+        *JOBSET, namespace, "jobsets", "first", propagation_policy="Foreground"
+    )
+    kube.custom.delete_namespaced_custom_object(
+        *JOBSET, namespace, "jobsets", "second", propagation_policy="Foreground"
+    )
+    wait_for(lambda: not _pods(kube, namespace, "first") and not _pods(kube, namespace, "second"))
+    wait_for(lambda: _seen(observer, first | second, _ended), what="the observer sees them end")
+    _create(kube, namespace, _attempt_jobset("third", job=job, attempt="3"))
+    third = wait_for(lambda: running("third"), what="attempt 3 running")
+    wait_for(lambda: _seen(observer, third, lambda r: r["ran"]), what="the observer sees attempt 3 run")
 
-    verdict = observer.verdict(namespaces={namespace}, allowed_jobs={allowed})
-    assert [(v["job"], {p["uid"] for p in v["pods"]}) for v in verdict["violations"]] == [
-        (other, ranks["other"])
-    ]
-    assert [(a["job"], {p["uid"] for p in a["pods"]}) for a in verdict["allowed"]] == [
-        (allowed, ranks["allowed"])
-    ]
-    both = observer.verdict(namespaces={namespace}, allowed_jobs={allowed, other})
-    assert both["violations"] == [] and both["ok"]
+    records = [r for r in observer.records() if r["namespace"] == namespace]
+    [overlap] = attempt_overlaps(records)
+    assert (overlap["job"], overlap["earlier_attempt"], overlap["later_attempt"]) == (job, 1, 2)
+    assert overlap["compared_by"] == "resourceVersion"
+    assert overlap["later_pod_ran"]["uid"] in second and overlap["earlier_pod_ended"]["uid"] in first
+    assert overlap["later_pod_ran"]["ran_rv"] < overlap["earlier_pod_ended"]["ended_rv"]
+    # Attempt 3 against 1 and 2: their pods had all ended before any of 3's ran.
+    assert {(o["earlier_attempt"], o["later_attempt"]) for o in attempt_overlaps(records)} == {(1, 2)}
+    assert ranks_seen(records, {(namespace, job, "3"): 2}) == {(namespace, job, "3"): 2}
+    assert ranks_seen(records, {(namespace, job, "4"): 2}) == {(namespace, job, "4"): 0}
+
+
+def test_a_trainjob_deleted_and_made_again_under_its_name_is_a_duplicate_with_both_uids(
+    kube: Any, kubeconfig: str, namespace: str
+) -> None:
+    """TrainJobs watched by UID: one deleted and created again under its name (suspended: no pods) is one
+    duplicate naming both UIDs, which the test reads itself; another TrainJob made once is none."""
+    observer = IdentityObserver(kubeconfig, trainjobs=True).start()
+    try:
+        labels = {"example.test/job": "jx", "example.test/attempt": "1"}
+        trainjob: dict[str, Any] = {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "spec": {
+                "runtimeRef": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+                "suspend": True,
+            },
+        }
+        group = ("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs")
+        uids = []
+        for _ in range(2):
+            made = kube.custom.create_namespaced_custom_object(
+                *group, {**trainjob, "metadata": {"name": "jx-1", "labels": labels}}
+            )
+            uids.append(made["metadata"]["uid"])
+            kube.custom.delete_namespaced_custom_object(*group, "jx-1")
+            wait_for(lambda: not kube.custom.list_namespaced_custom_object(*group)["items"], what="gone")
+        kube.custom.create_namespaced_custom_object(
+            *group, {**trainjob, "metadata": {"name": "jy-1", "labels": {"example.test/job": "jy"}}}
+        )
+        wait_for(
+            lambda: (
+                {"jy-1"} <= {r["name"] for r in observer.trainjob_records()}
+                and set(uids) <= {r["uid"] for r in observer.trainjob_records()}
+            ),
+            what="the observer sees the three TrainJobs",
+        )
+    finally:
+        observer.stop()
+    [duplicate] = trainjob_duplicates(observer.trainjob_records(), namespaces={namespace})
+    assert (duplicate["namespace"], duplicate["by"], duplicate["key"]) == (namespace, "labels", "jx/1")
+    assert [t["uid"] for t in duplicate["trainjobs"]] == uids
+    assert observer.watch_summary()["errors"] == [] and observer.watch_summary()["gaps"] == []
 
 
 def test_a_container_restarted_in_place_is_reported_and_a_sidecar_restart_is_not(
@@ -303,7 +378,8 @@ def test_after_a_410_gone_the_observer_lists_again_keeping_every_record_and_mark
     wait_for(lambda: _seen(observer, before_uids, lambda r: r["ran"]), what="the observer sees both pods run")
 
     release = threading.Event()
-    real_call = observer._core.list_pod_for_all_namespaces
+    [pods] = observer.pods
+    real_call = pods._call
     injected: list[_ExpiredWatch] = []
 
     def next_watch_expires(*args: Any, **kwargs: Any) -> Any:
@@ -312,8 +388,8 @@ def test_after_a_410_gone_the_observer_lists_again_keeping_every_record_and_mark
             return injected[0]
         return real_call(*args, **kwargs)
 
-    monkeypatch.setattr(observer._core, "list_pod_for_all_namespaces", next_watch_expires)
-    current = wait_for(lambda: observer._response, what="the observer's open watch")
+    monkeypatch.setattr(pods, "_call", next_watch_expires)
+    current = wait_for(lambda: pods._response, what="the observer's open watch")
     with contextlib.suppress(OSError):
         current.connection.sock.shutdown(socket.SHUT_RDWR)  # end the open watch; the next one expires
     wait_for(lambda: injected, what="the observer's next watch")
@@ -331,12 +407,13 @@ def test_after_a_410_gone_the_observer_lists_again_keeping_every_record_and_mark
     after_uids = {p.metadata.uid for p in after}
     assert not {r["uid"] for r in observer.records()} & after_uids  # the observer is blind meanwhile
     release.set()
-    wait_for(lambda: observer.gaps and "relisted_at" in observer.gaps[-1], what="a re-list after 410 Gone")
+    wait_for(lambda: pods.gaps and "relisted_at" in pods.gaps[-1], what="a re-list after 410 Gone")
 
-    [gap] = observer.gaps
+    [gap] = pods.gaps
     records = {r["uid"]: r for r in observer.records()}
     for uid in before_uids:
         assert records[uid]["vanished_at"] == gap["relisted_at"] and records[uid]["deleted_at"] is None
+        assert records[uid]["ended_seen_at"] == gap["relisted_at"]  # ended by the re-list at the latest
         assert records[uid]["ran"] and records[uid]["phases"][-1]["phase"] == "Running"
     for uid in after_uids:
         assert records[uid]["first_seen"] == gap["relisted_at"] and records[uid]["ran"]
@@ -421,7 +498,7 @@ def test_the_observer_gives_up_clearly_when_the_api_server_cannot_be_reached(tmp
         "users: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"
         "current-context: c\n"
     )
-    with pytest.raises(RuntimeError, match="no pod list within"):
+    with pytest.raises(RuntimeError, match="no pods list within"):
         IdentityObserver(str(kubeconfig)).start(timeout=2)
 
 
