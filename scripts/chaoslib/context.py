@@ -62,7 +62,6 @@ class Context:
     kube: Kube  # the run's own client, through the witness API server (plane.Witness)
     plane: Plane  # the local control plane's processes (the kill-* faults)
     witness: Witness
-    celery: Any  # a Celery app on the run's Redis: asks a worker what it holds (kill-worker)
     client: Client
     stack: Stack
     pg: OwnPostgres

@@ -4,6 +4,7 @@ from dispatch (the proxy refuses), the label domain changed mid-run."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from pathlib import Path
@@ -22,21 +23,23 @@ def proxy_answers(ctx: Context) -> tuple[bool, str]:
         return False, repr(exc)[:200]
 
 
+RECEIVED = re.compile(r"Task (?P<name>[\w.]+)\[(?P<id>[0-9a-f-]{36})\] received")
+
+
 def starts_held(ctx: Context, index: int) -> tuple[list[str], list[dict[str, Any]]]:
-    """What worker `index` holds, from its own state and the claims: the ids of the execution_submit tasks it
-    runs or holds for a retry (Celery's inspect, answered by the worker itself), and the executions whose
-    claim one of them holds in the database (a start's claim is its delivery's task id)."""
+    """What worker `index` holds, from its own log and the claims: the execution_submit deliveries it logged
+    as received since it started (Celery logs every delivery at INFO, the level make up runs), and the
+    executions whose claim one of them holds in the database now (a start's claim is its delivery's task id,
+    released when the start ends). Workers run as make up runs them: they do not answer remote control
+    (WORKER_REMOTE_CONTROL is off), so the harness does not ask them."""
     from django.db import connections
     from django.utils import timezone
 
     from jobs.enqueue import EXECUTION_SUBMIT
     from jobs.models import Execution
 
-    name = ctx.stack.names[index]
-    inspect = ctx.celery.control.inspect(destination=[name], timeout=1.0)
-    held = [*((inspect.active() or {}).get(name) or []), *((inspect.scheduled() or {}).get(name) or [])]
-    requests = [t.get("request") or t for t in held]  # scheduled: {eta, request}; active: the request
-    tasks = [str(r.get("id")) for r in requests if r.get("name") == EXECUTION_SUBMIT]
+    received = RECEIVED.finditer(ctx.stack.worker_log_since_start(index))
+    tasks = sorted({m["id"] for m in received if m["name"] == EXECUTION_SUBMIT})
     if not tasks:
         return [], []
     try:
@@ -47,14 +50,14 @@ def starts_held(ctx: Context, index: int) -> tuple[list[str], list[dict[str, Any
         )
     finally:
         connections.close_all()
-    return tasks, [{**c, "claim_until": str(c["claim_until"])} for c in claims]
+    return [c["claim_holder"] for c in claims], [{**c, "claim_until": str(c["claim_until"])} for c in claims]
 
 
 def fault_kill_worker(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
-    """A worker SIGKILLed while it holds at least one start: it is asked what it runs (Celery's inspect), then
-    stopped (SIGSTOP: it can neither finish nor give up what it holds) and the database read for the claims
-    its tasks hold; with one held it is killed, else let go on (SIGCONT) and asked again, up to 90 s. After
-    the kill the claims are read again: a dead worker's claims, which only the claim's lease running out
+    """A worker SIGKILLed while it holds at least one start: what it runs is read from its log and the
+    claims (starts_held), then it is stopped (SIGSTOP: it can neither finish nor give up what it holds) and
+    the database read for the claims its tasks hold; with one held it is killed, else let go on (SIGCONT)
+    and asked again, up to 90 s. After the kill the claims are read again: a dead worker's claims, which only the claim's lease running out
     (and the stale sweep) can free."""
     stack, kill_lock = ctx.stack, ctx.kill_lock
     with kill_lock:  # one kill at a time: each restarted worker is tracked, none leaks
@@ -116,8 +119,8 @@ def fault_kill_worker(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
 
 
 def starts_held_frozen(ctx: Context, tasks: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
-    """The claims the (stopped) worker's tasks hold: it cannot answer inspect now; the tasks it named just
-    before are the ones it runs, frozen."""
+    """The claims the (stopped) worker's tasks hold, read again once it is frozen: a claim still live now is
+    one it can neither finish nor give up."""
     from django.db import connections
     from django.utils import timezone
 

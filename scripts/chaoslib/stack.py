@@ -290,6 +290,13 @@ class Stack:
     others: list[subprocess.Popen[bytes]] = field(default_factory=list)
     every_worker: list[tuple[int, subprocess.Popen[bytes]]] = field(default_factory=list)  # (index, process)
     killed: set[int] = field(default_factory=set)  # pids this run SIGKILLed
+    log_from: dict[int, int] = field(default_factory=dict)  # worker index -> its log's size when it started
+
+    def worker_log_since_start(self, index: int) -> str:
+        """What the running worker `index` logged (its log is appended to by every worker it replaced)."""
+        with (self.run_dir / f"worker-{index}.log").open("rb") as log:
+            log.seek(self.log_from.get(index, 0))
+            return log.read().decode(errors="replace")
 
     def workers_that_exited(self) -> list[dict[str, Any]]:
         """Workers that ended without this run killing them (a worker process should never exit)."""
@@ -308,6 +315,8 @@ class Stack:
 
     def start_worker(self, index: int) -> subprocess.Popen[bytes]:
         name = f"chaos{index}-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
+        log_path = self.run_dir / f"worker-{index}.log"
+        self.log_from[index] = log_path.stat().st_size if log_path.exists() else 0
         # As scripts/up starts it: the pool, nothing else (its concurrency is the settings' default).
         process = self._spawn(f"worker-{index}", worker_command(pool=self.shape.pool, name=name, python=PY))
         if index < len(self.workers):

@@ -54,7 +54,7 @@ def test_a_forged_shutdown_broadcast_does_not_stop_a_worker(
     def tail() -> str:
         return f"worker exit code: {worker.poll()}\n{log.read_text(errors='replace')[-4000:]}"
 
-    intruder = Celery("intruder", broker=own_redis.url)
+    intruder = Celery("intruder", broker=own_redis.url, set_as_current=False)
     try:
         wait_for(lambda: "ready." in log.read_text(errors="replace"), 30, "the worker ready", tail)
         intruder.control.broadcast("shutdown")

@@ -368,8 +368,8 @@ def test_a_short_chaos_run_ends_with_every_figure_at_its_target(
     figures = json.loads(report.read_text())
     summary = run.stdout[run.stdout.find("chaos run ") :]
     faults = {f["fault"] for f in figures["faults"]}
-    assert faults >= {"kill-worker", "redis", "postgres", "api-server", "eviction", "node-loss",
-                      "label-domain", "foreign-pods", "kueue-wave"}, summary  # fmt: skip
+    assert faults >= {"kill-worker", "redis", "postgres", "api-partition", "kill-apiserver", "eviction",
+                      "node-loss", "label-domain", "foreign-pods", "kueue-wave"}, summary  # fmt: skip
     off = {name: f for name, f in figures["figures"].items() if not f["ok"]}
     assert off == {}, summary
     assert figures["identity"]["counts"]["rank_pods_ran"] > 0, figures["identity"]

@@ -247,9 +247,21 @@ def test_a_refused_exec_handshake_becomes_the_typed_error_with_the_api_servers_m
 CREATED = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
 
-def _event(seconds: float, kind_name: str, reason: str, message: str = "denied") -> EventRow:
+REPORTERS = {
+    "TrainJobResourcesCreationFailed": "trainer-trainjob-controller",
+    "FailedCreate": "job-controller",
+}
+
+
+def _event(
+    seconds: float, kind_name: str, reason: str, message: str = "denied", reporter: str | None = None
+) -> EventRow:
+    """An Event as its controller reports it (the reporter a real one carries), unless `reporter` says."""
     at = (CREATED + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return EventRow(at=at, type="Warning", reason=reason, object=kind_name, message=message, count=1)
+    who = REPORTERS.get(reason, "kubelet") if reporter is None else reporter
+    return EventRow(
+        at=at, type="Warning", reason=reason, object=kind_name, message=message, count=1, reporter=who
+    )
 
 
 @pytest.mark.parametrize(
@@ -277,6 +289,9 @@ def _event(seconds: float, kind_name: str, reason: str, message: str = "denied")
         ([_event(30, "TrainJob s10", "TrainJobResourcesCreationFailed")], 40, None),
         ([_event(30, "Job s10-node-0", "FailedCreate")], 40, None),
         ([_event(30, "Job s1-node-0", "SuccessfulCreate")], 40, None),
+        # Written by a namespace member under another reporter: not evidence (jobs.evidence).
+        ([_event(18, "Job s1-node-0", "FailedCreate", reporter="kubectl")], 20, None),
+        ([_event(12, "TrainJob s1", "TrainJobResourcesCreationFailed", reporter="")], 20, None),
     ],
 )
 def test_creation_failure(events: list[EventRow], now: float, expected: str | None) -> None:

@@ -76,7 +76,7 @@ def worker(kubeconfig: str, dispatch_on_cluster: str, tmp_path: Path) -> Iterato
 def _intruder() -> Celery:
     """Somebody else's Celery app: the broker's address and nothing of dispatch's (plain kombu Redis
     transport, no task registered)."""
-    return Celery("intruder", broker=settings.REDIS_URL)
+    return Celery("intruder", broker=settings.REDIS_URL, set_as_current=False)
 
 
 def _processed(log: Path, task_id: str) -> bool:
