@@ -23,6 +23,7 @@ import json
 import shlex
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -217,6 +218,36 @@ def cmd_status(client: Client, args: argparse.Namespace, out: TextIO) -> int:
         return _wait_and_show(client, args.job_id, args, out)
     job = client.get(args.job_id)
     _emit_json(out, job.data) if args.json else _show_job(out, job)
+    return EXIT_OK
+
+
+def cmd_completion(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    """The completion script for `args.shell`, written by shtab from this very parser (so it never lags)."""
+    import shtab
+
+    out.write(shtab.complete(build_parser(), shell=args.shell))
+    return EXIT_OK
+
+
+def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    """A rank's log on stdout; where it came from on stderr, so the log pipes clean."""
+    which = {"attempt": args.attempt, "rank": args.rank, "container": args.container, "tail": args.tail}
+    if args.follow:
+        for chunk in client.follow_logs(args.job_id, **which):
+            out.write(chunk)
+            out.flush()
+        return EXIT_OK
+    log = client.logs(args.job_id, restart_attempt=args.restart_attempt, **which)
+    if args.json:
+        _emit_json(out, {**asdict(log)})
+        return EXIT_OK
+    origin = f"# job {args.job_id} attempt {log.attempt} rank {log.rank}, pod {log.pod}"
+    if log.kept_at:
+        origin += f" (gone; the lines dispatch kept at {log.kept_at})"
+    if log.truncated:
+        origin += " (truncated: the service's 1 MiB cap; --tail fewer lines)"
+    sys.stderr.write(origin + "\n")
+    out.write(log.text if not log.text or log.text.endswith("\n") else log.text + "\n")
     return EXIT_OK
 
 
@@ -435,6 +466,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, default=2, help="--watch: polling interval in seconds")
     p.add_argument("--watch-timeout", type=float, help="--watch: stop after this many seconds")
     p.set_defaults(func=cmd_jobs)
+
+    p = sub.add_parser("logs", help="a rank's log: the failing rank's (else rank 0) of the current attempt")
+    p.add_argument("job_id")
+    p.add_argument("--attempt", type=int, help="the attempt (default: the current one)")
+    p.add_argument("--rank", type=int, help="the rank (default: the failing rank, else 0)")
+    p.add_argument("--container", help="the container (default: node, the trainer)")
+    p.add_argument("--tail", type=int, help="the last lines (default 1000, at most 10000)")
+    p.add_argument("--restart-attempt", type=int, help="a JobSet restart's pods (default: the newest)")
+    p.add_argument("-f", "--follow", action="store_true", help="stream while the pod runs (up to 5 minutes)")
+    p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser(
+        "completion",
+        help='print the shell completion script: eval "$(dispatch completion bash)" (bash, zsh or tcsh)',
+    )
+    p.add_argument("shell", choices=("bash", "zsh", "tcsh"))
+    p.set_defaults(func=cmd_completion)
 
     p = sub.add_parser("cancel", help="cancel a job (deletes its TrainJob)")
     p.add_argument("job_id")

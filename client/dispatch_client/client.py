@@ -36,6 +36,7 @@ from dispatch_client.models import (
     ExecResult,
     Job,
     JobChange,
+    JobLog,
     Plan,
     Runtime,
     RuntimeList,
@@ -300,6 +301,68 @@ class Client:
         _, body = self.request("POST", f"/api/v1/jobs/{job_id}/cancel")
         return Job.from_api(body)
 
+    def logs(
+        self,
+        job_id: str,
+        *,
+        attempt: int | None = None,
+        rank: int | None = None,
+        container: str | None = None,
+        tail: int | None = None,
+        restart_attempt: int | None = None,
+    ) -> JobLog:
+        """One rank's log (``GET /api/v1/jobs/{id}/logs``): by default the current attempt's failing rank, or
+        rank 0, its last 1,000 lines. A rank, attempt or container that has no log raises ``NotFound`` whose
+        message names the ones that have."""
+        params = _log_params(attempt, rank, container, tail, restart_attempt)
+        response = self._get_text(f"/api/v1/jobs/{job_id}/logs", params=params, stream=False)
+        with response:
+            return JobLog.from_response(response.text, response.headers)
+
+    def follow_logs(
+        self,
+        job_id: str,
+        *,
+        attempt: int | None = None,
+        rank: int | None = None,
+        container: str | None = None,
+        tail: int | None = None,
+    ) -> Iterator[str]:
+        """One rank's log as it is written (``follow=true``), chunk by chunk, until the container ends or
+        the service's limit on one stream (five minutes) is reached; a pod that ended gives its log once."""
+        params = {**_log_params(attempt, rank, container, tail, None), "follow": "true"}
+        response = self._get_text(f"/api/v1/jobs/{job_id}/logs", params=params, stream=True)
+        with response:
+            response.encoding = response.encoding or "utf-8"
+            try:
+                for chunk in response.iter_content(chunk_size=None, decode_unicode=True):
+                    if chunk:
+                        yield chunk
+            except requests.RequestException as exc:
+                raise ConnectionFailed(f"GET /api/v1/jobs/{job_id}/logs: the stream broke: {exc}") from exc
+
+    def _get_text(self, path: str, *, params: Mapping[str, Any], stream: bool) -> requests.Response:
+        """A GET whose success is text, not JSON (a log); an error answer raises the typed error for it."""
+        what = f"GET {path}"
+        try:
+            response = self._http.get(
+                f"{self.url}{path}",
+                params=params,
+                headers={"Accept": "text/plain, application/json"},
+                timeout=(self.timeout[0], None) if stream else self.timeout,
+                stream=stream,
+            )
+        except requests.RequestException as exc:
+            raise ConnectionFailed(f"{what}: no answer from {self.url}: {exc}") from exc
+        if response.status_code >= 400:
+            with response:
+                try:
+                    body: Any = response.json() if response.content else None
+                except ValueError:
+                    body = response.text
+            raise error_for(response.status_code, body, what=what)
+        return response
+
     def runtimes(self) -> RuntimeList:
         """Allow-listed runtimes and the cluster's other runtimes, each with its verdict and purposes;
         ``.cluster_error`` says why the cluster's own list is missing, when it is."""
@@ -444,6 +507,23 @@ class Client:
                 raise TimeoutError(_open_timeout_message(info, timeout))
             time.sleep(max(0.0, min(polling_interval, deadline - time.monotonic())))
             info = self.get_session(info.id)
+
+
+def _log_params(
+    attempt: int | None,
+    rank: int | None,
+    container: str | None,
+    tail: int | None,
+    restart_attempt: int | None,
+) -> dict[str, Any]:
+    given = {
+        "attempt": attempt,
+        "rank": rank,
+        "container": container,
+        "tail": tail,
+        "restart_attempt": restart_attempt,
+    }
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def _open_timeout_message(info: SessionInfo, timeout: float) -> str:

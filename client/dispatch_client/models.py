@@ -163,6 +163,34 @@ class Job:
 
 
 @dataclass(frozen=True)
+class JobLog:
+    """One rank's log as ``GET /api/v1/jobs/{id}/logs`` answers it: the text and the pod it came from.
+    ``kept_at`` is set when the pod was gone and the lines dispatch kept at its delete answered."""
+
+    text: str
+    pod: str
+    attempt: int | None
+    rank: int | None
+    truncated: bool
+    kept_at: str = ""
+
+    @classmethod
+    def from_response(cls, text: str, headers: Mapping[str, str]) -> JobLog:
+        def number(name: str) -> int | None:
+            value = headers.get(name, "")
+            return int(value) if value.isdigit() else None
+
+        return cls(
+            text=text,
+            pod=headers.get("X-Dispatch-Pod", ""),
+            attempt=number("X-Dispatch-Attempt"),
+            rank=number("X-Dispatch-Rank"),
+            truncated=headers.get("X-Dispatch-Truncated") == "true",
+            kept_at=headers.get("X-Dispatch-Kept", ""),
+        )
+
+
+@dataclass(frozen=True)
 class JobChange:
     """One change of a job, as the change feed (``Client.watch``) reports it: a state change (``from_state`` →
     ``to_state``, with the ``cause``), a retry scheduled, an attempt started, an identity finding. ``cursor``

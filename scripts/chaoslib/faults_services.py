@@ -57,8 +57,8 @@ def fault_kill_worker(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
     """A worker SIGKILLed while it holds at least one start: what it runs is read from its log and the
     claims (starts_held), then it is stopped (SIGSTOP: it can neither finish nor give up what it holds) and
     the database read for the claims its tasks hold; with one held it is killed, else let go on (SIGCONT)
-    and asked again, up to 90 s. After the kill the claims are read again: a dead worker's claims, which only the claim's lease running out
-    (and the stale sweep) can free."""
+    and asked again, up to 90 s. After the kill the claims are read again: a dead worker's claims, which
+    only the claim's lease running out (and the stale sweep) can free."""
     stack, kill_lock = ctx.stack, ctx.kill_lock
     with kill_lock:  # one kill at a time: each restarted worker is tracked, none leaks
         # The seed's worker, or the next one alive: a worker that died on its own is not killed again
