@@ -25,14 +25,23 @@ from runtimes.reasons import (
     NODE_CONTAINER,
     RUNTIME_NOT_ALLOWED,
     RUNTIME_NOT_FOUND,
+    TRAINER_ANCESTOR_LABEL,
+    TRAINER_ANCESTOR_STEP,
     AllowListMiss,
     Reason,
     SiteRules,
 )
 from runtimes.rules import check_runtime, find_trainer_job
 
-# What keeps the trainer pod alive when the caller gives no command (the SDK's INTERACTIVE_COMMAND).
+# What keeps the trainer pod alive when the caller gives no command (the SDK's INTERACTIVE_COMMAND). It goes
+# in as command ["sleep"] and args ["infinity"]: a TrainJob's command leaves the runtime container's args in
+# place, and `sleep infinity /home/mpiuser/pi` (an MPI launcher's args) exits 1 at once.
 KEEP_ALIVE_COMMAND: Final = ("sleep", "infinity")
+# The pod-template label that marks the pods of a session's other replicated jobs (an MPI runtime's nodes,
+# whose daemons the session's commands reach): `<label domain>/session-role: peer`. The local plane's KWOK
+# keeps them running as their daemons would (scripts/k8s/kwok-stages.yaml).
+SESSION_ROLE_LABEL: Final = "session-role"
+SESSION_PEER: Final = "peer"
 
 
 SHELL: Final = ("sh", "-c")
@@ -384,7 +393,8 @@ def session_spec(request: SessionRequest) -> JobSpec:
         runtime=request.runtime,
         namespace=request.namespace,
         image=request.image,
-        command=request.command if request.command else KEEP_ALIVE_COMMAND,
+        command=request.command if request.command else KEEP_ALIVE_COMMAND[:1],
+        args=() if request.command else KEEP_ALIVE_COMMAND[1:],
         env=tuple(request.env.items()),
         num_nodes=request.num_nodes,
     )
@@ -403,6 +413,16 @@ def session_objects(
     for obj in (training_runtime, train_job):
         obj["metadata"]["name"] = session.name
         obj["metadata"]["labels"].update(marks)
+    for job in training_runtime["spec"]["template"]["spec"].get("replicatedJobs") or ():
+        template = job.get("template") or {}
+        if (template.get("metadata") or {}).get("labels", {}).get(
+            TRAINER_ANCESTOR_LABEL
+        ) == TRAINER_ANCESTOR_STEP:
+            continue  # the trainer's pods run the keep-alive (or the caller's command)
+        pod_template = (template.get("spec") or {}).get("template")
+        if isinstance(pod_template, dict):
+            labels = pod_template.setdefault("metadata", {}).setdefault("labels", {})
+            labels[f"{label_domain}/{SESSION_ROLE_LABEL}"] = SESSION_PEER
     train_job["spec"]["runtimeRef"]["name"] = session.name
     return training_runtime, train_job
 

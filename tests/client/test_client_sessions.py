@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,9 @@ REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 
 
 def mpi_runtime(namespace: str) -> dict[str, Any]:
-    """Shaped like the seed's mpi-interactive: launcher (the trainer ancestor) and node replicated jobs,
-    runLauncherAsNode; the node pods stay running (sshd in the real thing)."""
+    """Shaped like the seed's mpi-interactive: launcher (the trainer ancestor, with the args of an MPI
+    program, as real MPI runtimes have) and node replicated jobs running sshd, runLauncherAsNode. Nothing
+    here tells the local plane to keep a pod running: the session's keep-alive and its peer marks do."""
     container = {
         "name": "node",
         "image": IMAGE,
@@ -72,12 +74,7 @@ def mpi_runtime(namespace: str) -> dict[str, Any]:
                                     "template": {
                                         "spec": {
                                             "containers": [
-                                                container
-                                                | {
-                                                    "command": ["/usr/sbin/sshd"],
-                                                    "args": ["-De"],
-                                                    "env": [{"name": "KWOK_STAY_RUNNING", "value": "1"}],
-                                                }
+                                                container | {"command": ["/usr/sbin/sshd"], "args": ["-De"]}
                                             ]
                                         }
                                     }
@@ -91,7 +88,16 @@ def mpi_runtime(namespace: str) -> dict[str, Any]:
                                 "metadata": {
                                     "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
                                 },
-                                "spec": {"template": {"spec": {"containers": [container]}}},
+                                "spec": {
+                                    "template": {
+                                        "spec": {
+                                            "containers": [
+                                                container
+                                                | {"command": ["mpirun"], "args": ["/home/mpiuser/pi"]}
+                                            ]
+                                        }
+                                    }
+                                },
                             },
                         },
                     ],
@@ -147,6 +153,13 @@ def test_the_nine_checks_through_the_client_on_an_mpi_runtime(
         assert launcher.metadata.labels[REPLICATED_JOB] == "launcher"
         assert launcher.status.phase == "Running"
         assert any(p.metadata.labels[REPLICATED_JOB] == "node" for p in pods.values())
+        # The launcher's own args are gone (`sleep infinity /home/mpiuser/pi` would exit 1 at once) and the
+        # pods are still running well after the open: every command below comes 10 s later.
+        trainer = launcher.spec.containers[0]
+        assert (trainer.command, trainer.args) == (["sleep"], ["infinity"])
+        time.sleep(10)
+        now = {p.metadata.name: p.status.phase for p in _pods(kube, namespace, session.name)}
+        assert set(now.values()) == {"Running"} and len(now) == len(pods), now
 
         # 3. a string runs with sh -c ($(...) substitution)
         result = session.execute("echo sub-$(echo stituted)")

@@ -15,15 +15,20 @@ from kubernetes.client.exceptions import ApiException
 from cluster.errors import ClusterUnavailable, NotFound, Rejected
 from cluster.exec import PodInfo, parse_exec_status, translate_handshake
 from cluster.logs import EventRow
+from jobs.models import Session
 from jobs.sessions.rules import (
     Chain,
+    SessionRequest,
     chained_pods,
     command_argv,
     creation_failure,
     leftover_pods,
     pick_trainer_pod,
+    session_objects,
     session_runtime_check,
+    session_spec,
 )
+from jobs.spec import RuntimeRef
 from runtimes.reasons import AllowListMiss
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "dispatch-kind.yaml"
@@ -296,3 +301,48 @@ def _event(
 )
 def test_creation_failure(events: list[EventRow], now: float, expected: str | None) -> None:
     assert creation_failure(events, "s1", CREATED, CREATED + timedelta(seconds=now)) == expected
+
+
+# ---------------------------------------------------------------- the objects a session is made of
+
+
+def test_the_keep_alive_replaces_the_launchers_args_and_the_nodes_are_marked_as_peers() -> None:
+    """An MPI launcher with args (`mpirun /home/mpiuser/pi`): a TrainJob command alone would leave the args,
+    and `sleep infinity /home/mpiuser/pi` exits 1 a second after the open. The other replicated jobs' pods are
+    marked peers (their daemons keep running; the local plane keeps them so)."""
+    runtime = _mpi()
+    launcher = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
+    launcher["template"]["spec"]["template"]["spec"]["containers"][0] |= {
+        "command": ["mpirun"],
+        "args": ["/home/mpiuser/pi"],
+    }
+    session = Session(id="sabc234def2", name="my-session", namespace="team-a")
+    request = SessionRequest(
+        runtime=RuntimeRef(kind="ClusterTrainingRuntime", name="mpi-interactive"),
+        namespace="team-a",
+        image="img:1",
+    )
+    copy_, train_job = session_objects(
+        session=session, spec=session_spec(request), runtime=runtime, label_domain="dispatch.dev"
+    )
+    assert (train_job["spec"]["trainer"]["command"], train_job["spec"]["trainer"]["args"]) == (
+        ["sleep"],
+        ["infinity"],
+    )
+    roles = {
+        job["name"]: job["template"]["spec"]["template"]["metadata"]["labels"].get(
+            "dispatch.dev/session-role"
+        )
+        for job in copy_["spec"]["template"]["spec"]["replicatedJobs"]
+    }
+    assert roles == {"launcher": None, "node": "peer"}
+    # A caller's own command runs as given, with no keep-alive args added.
+    own = session_spec(
+        SessionRequest(
+            runtime=RuntimeRef(kind="ClusterTrainingRuntime", name="mpi-interactive"),
+            namespace="team-a",
+            image="img:1",
+            command=("sh", "-c", "x"),
+        )
+    )
+    assert (own.command, own.args) == (("sh", "-c", "x"), ())
