@@ -8,6 +8,7 @@ so tests here use ``django_db(transaction=True)``: only committed rows are visib
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -56,6 +57,8 @@ class Process:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
 
     def stop(self) -> None:
+        """SIGTERM, then SIGKILL to the whole process group: a gunicorn worker still streaming a followed log
+        would otherwise outlive its killed master (an orphan holding the test database open)."""
         if self.popen.poll() is None:
             self.popen.send_signal(signal.SIGTERM)
             try:
@@ -63,13 +66,21 @@ class Process:
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait(timeout=10)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)  # whatever it started and left behind
 
 
 def start_process(name: str, argv: list[str], env: dict[str, str], logs: Path) -> Process:
     log = logs / f"{name}.log"
     with log.open("wb") as out:
         popen = subprocess.Popen(
-            argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+            argv,
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stop() ends the children too
         )
     return Process(name=name, popen=popen, log=log)
 

@@ -4,6 +4,7 @@ log: scripts/cluster's ClusterLogs) moved by the supervisor loop in a thread (te
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from collections.abc import Callable
@@ -12,7 +13,7 @@ import pytest
 from dispatch_client import Client
 from dispatch_client.errors import NotFound
 
-from tests.client.conftest import IMAGE
+from tests.client.conftest import DISPATCH, IMAGE
 from tests.client.test_client_watch import client, supervisor  # noqa: F401 (fixtures)
 from tests.support.dispatch import wait_for
 
@@ -65,7 +66,7 @@ def test_logs_of_a_failed_job_are_the_failing_ranks_and_a_rank_without_a_pod_is_
     assert "tail:" in bad.stderr  # the field error is named
 
 
-def test_a_running_ranks_log_is_read_and_followed(client: Client, run: Run, supervisor: None) -> None:  # noqa: F811
+def test_a_running_ranks_log_is_read_and_followed(client: Client, supervisor: None) -> None:  # noqa: F811
     job = client.start(runtime="dispatch-kind", image=IMAGE, num_nodes=2, env={"KWOK_STAY_RUNNING": "1"})
     try:
         client.wait(job.id, "running", timeout=120, polling_interval=0.5)
@@ -85,9 +86,21 @@ def test_a_running_ranks_log_is_read_and_followed(client: Client, run: Run, supe
         followed = "".join(client.follow_logs(job.id, rank=0))
         assert KWOK_LOG in followed
 
-        cli = run("logs", job.id, "-f")
+        # The job's owner on the command line (a user sees their own jobs).
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DISPATCH_")} | {
+            "DISPATCH_URL": client.url,
+            "DISPATCH_TOKEN": client._http.headers["Authorization"].split()[1],
+        }
+        cli = subprocess.run(
+            [str(DISPATCH), "logs", job.id, "--rank", "1", "--tail", "5"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert cli.returncode == 0, cli.stderr
         assert KWOK_LOG in cli.stdout
+        assert f"# job {job.id} attempt 1 rank 1, pod {log.pod}" in cli.stderr
 
         with pytest.raises(NotFound, match="no container 'sidecar'"):
             client.logs(job.id, container="sidecar")

@@ -114,7 +114,10 @@ def _cluster_or_fail(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="session")
 def kubeconfig() -> Iterator[str]:
     already_up = _run_cluster("status", timeout=60).returncode == 0
-    up = _cluster_or_fail("up", *(["--kueue"] if KUEUE_EVERYWHERE else []))
+    # A plane the suite starts itself starts empty (a stopped one keeps its etcd data otherwise).
+    up = _cluster_or_fail(
+        "up", *([] if already_up else ["--fresh"]), *(["--kueue"] if KUEUE_EVERYWHERE else [])
+    )
     if not KUEUE_EVERYWHERE:
         _cluster_or_fail("down", "--kueue")
     lines = up.stdout.strip().splitlines()
