@@ -31,6 +31,8 @@ from typing import Any, Final, Literal
 from jobs.naming import pod_counts
 from jobs.spec import JobSpec, parse_quantity
 from runtimes.reasons import TRAINER_ANCESTOR_LABEL, TRAINER_ANCESTOR_STEP, Reason
+from runtimes.settings_checks import ALL_NAMESPACES as ALL_NAMESPACES  # re-exported: the queue choice's rules
+from runtimes.settings_checks import allowed_priority_classes as allowed_priority_classes
 from runtimes.settings_checks import default_queue
 
 QUEUE_NOT_FOUND: Final = "queue-not-found"
