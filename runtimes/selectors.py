@@ -78,13 +78,21 @@ def register_waiting_jobs_counter(counter: Callable[[], dict[str, int]]) -> None
     _waiting_jobs[:] = [counter]
 
 
+def waiting_jobs() -> dict[str, int]:
+    return _waiting_jobs[0]() if _waiting_jobs else {}
+
+
+def known_namespaces() -> set[str]:
+    """The namespaces dispatch knows of: granted by name, or with jobs waiting."""
+    return granted_namespaces() | {ns for ns, n in waiting_jobs().items() if n}
+
+
 def settings_change_impact(*, site: SiteSettings, changes: dict[str, Any]) -> Impact:
     """What saving `changes` would affect: the known namespaces (granted, or with waiting jobs) whose jobs
     see another setting, and how many jobs wait in them."""
     before = site.as_dict()
     after = before | {k: v for k, v in changes.items() if k in before}
-    waiting = _waiting_jobs[0]() if _waiting_jobs else {}
-    return settings_impact(before, after, granted_namespaces(), waiting)
+    return settings_impact(before, after, granted_namespaces(), waiting_jobs())
 
 
 def site_rules(site: SiteSettings | None = None) -> SiteRules:

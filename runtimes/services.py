@@ -25,7 +25,7 @@ from runtimes.rules import check_runtime
 from runtimes.selectors import (
     forget_cached_reads,
     get_runtime,
-    granted_namespaces,
+    known_namespaces,
     latest_verdicts,
     site_rules,
 )
@@ -255,9 +255,10 @@ class SettingsCheck:
 
 def site_settings_check(*, site: SiteSettings, changes: Mapping[str, Any]) -> SettingsCheck:
     """Read the LocalQueues and WorkloadPriorityClasses that the new or changed Kueue entries name (the "*"
-    queue in every granted namespace without its own entry). A missing one is an error; Kueue not installed
-    too (every job of those namespaces would be refused queue-not-found). When the cluster cannot be read,
-    the rest is not read and a warning says what was not checked."""
+    queue in every known namespace without its own entry: granted by name, or with jobs waiting). A missing
+    one is an error; Kueue not installed too (every job of those namespaces would be refused
+    queue-not-found). When the cluster cannot be read, the rest is not read and a warning says what was not
+    checked."""
     errors: dict[str, dict[str, list[str]]] = {}
     warnings: list[str] = []
     unreadable: list[str] = []
@@ -281,12 +282,12 @@ def site_settings_check(*, site: SiteSettings, changes: Mapping[str, Any]) -> Se
     try:
         if queues is not None:
             field = "kueue_default_queues"
-            reads = settings_checks.queue_reads(site.kueue_default_queues or {}, queues, granted_namespaces())
+            reads = settings_checks.queue_reads(site.kueue_default_queues or {}, queues, known_namespaces())
             for key, pairs in reads.items():
                 if not pairs:
                     warnings.append(
-                        f"{field} {key!r}: no namespace is granted by name, so LocalQueue "
-                        f"{queues[key]!r} was not checked in any namespace"
+                        f"{field} {key!r}: no namespace is granted by name or has waiting jobs, so "
+                        f"LocalQueue {queues[key]!r} was not checked in any namespace"
                     )
                 missing = []
                 for namespace, queue in pairs:

@@ -13,6 +13,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from dispatch_site.models import AuditEvent
+from jobs.models import Job, JobState
+from jobs.naming import new_job_id
 from runtimes.models import SiteSettings
 from tests.support.cluster import KueueQueue
 
@@ -83,3 +85,25 @@ def test_a_real_local_queue_and_priority_class_are_accepted_without_a_warning(
         "/api/v1/settings", {"kueue_default_queues": {**own, "team-x": "gone"}}, format="json"
     )
     assert again.status_code == 400 and list(again.json()["kueue_default_queues"]) == ["team-x"]
+
+
+def test_the_star_queue_is_read_where_jobs_wait_even_without_a_grant_by_name(
+    platform_api: APIClient, platform_user: tuple[Any, str], kueue_queue: KueueQueue, dispatch_on_cluster: str
+) -> None:
+    """A site that grants every namespace ("*") names none; the namespaces with waiting jobs are known."""
+    namespace = kueue_queue.namespace
+    Job.objects.create(
+        id=new_job_id(),
+        owner=platform_user[0],
+        namespace=namespace,
+        runtime_kind="ClusterTrainingRuntime",
+        runtime_name="dispatch-kind",
+        spec={},
+        state=JobState.QUEUED,
+    )
+    errors = _refused(platform_api, {"kueue_default_queues": {"*": FUZZED_QUEUE}})
+    assert f"does not exist in namespace {namespace}" in errors["kueue_default_queues"]["*"][0]
+    ok = platform_api.patch(
+        "/api/v1/settings", {"kueue_default_queues": {"*": kueue_queue.name}}, format="json"
+    )
+    assert ok.status_code == 200 and ok.json()["warnings"] == [], ok.json()
