@@ -23,7 +23,7 @@ its runtime, the site's per-namespace Kueue settings, the Kueue objects planning
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final, Literal
@@ -31,32 +31,20 @@ from typing import Any, Final, Literal
 from jobs.naming import pod_counts
 from jobs.spec import JobSpec, parse_quantity
 from runtimes.reasons import TRAINER_ANCESTOR_LABEL, TRAINER_ANCESTOR_STEP, Reason
+from runtimes.settings_checks import ALL_NAMESPACES as ALL_NAMESPACES  # re-exported: the queue choice's rules
+from runtimes.settings_checks import allowed_priority_classes as allowed_priority_classes
+from runtimes.settings_checks import default_queue
 
 QUEUE_NOT_FOUND: Final = "queue-not-found"
 PRIORITY_CLASS_NOT_ALLOWED: Final = "priority-class-not-allowed"
 QUEUE_OVER_CAPACITY: Final = "queue-over-capacity"
 
-ALL_NAMESPACES: Final = "*"  # a site setting's key that applies to every namespace without its own entry
 NODE_CONTAINER: Final = "node"
 
 QueueSource = Literal["job", "namespace-default"]
 
 
 # --- choosing ---------------------------------------------------------------------------------------
-
-
-def default_queue(namespace: str, default_queues: Mapping[str, str]) -> str | None:
-    """The namespace's default LocalQueue (its own entry, else the "*" entry), or None."""
-    queue = default_queues.get(namespace) or default_queues.get(ALL_NAMESPACES)
-    return str(queue) if queue else None
-
-
-def allowed_priority_classes(namespace: str, allowed: Mapping[str, Iterable[str]]) -> tuple[str, ...]:
-    """The WorkloadPriorityClasses the site allows in the namespace (its own entry, else the "*" entry)."""
-    classes = allowed.get(namespace)
-    if classes is None:
-        classes = allowed.get(ALL_NAMESPACES) or ()
-    return tuple(str(c) for c in classes)
 
 
 @dataclass(frozen=True)

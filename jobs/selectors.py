@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import F, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 from django.db.models.fields.tuple_lookups import (  # type: ignore[import-untyped]
     Tuple,
     TupleGreaterThan,
@@ -17,7 +17,7 @@ from django.db.models.fields.tuple_lookups import (  # type: ignore[import-untyp
 from django.utils import timezone
 
 from dispatch_site import roles
-from jobs.models import Job
+from jobs.models import Job, JobState
 from jobs.naming import is_job_id
 
 # The windows the overview counts over; the job list accepts the same names (?window=24h).
@@ -162,3 +162,13 @@ def capped_count(queryset: QuerySet[Job], cap: int | None = None) -> tuple[int, 
     cap = COUNT_CAP if cap is None else cap
     count = queryset.order_by()[: cap + 1].count()
     return min(count, cap), count > cap
+
+
+def waiting_jobs_per_namespace() -> dict[str, int]:
+    """Jobs pending or queued, per namespace (the settings page's preview: runtimes.selectors)."""
+    rows = (
+        Job.objects.filter(state__in=(JobState.PENDING, JobState.QUEUED))
+        .values_list("namespace")
+        .annotate(n=Count("id"))
+    )
+    return {str(namespace): int(n) for namespace, n in rows}

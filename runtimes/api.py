@@ -28,6 +28,7 @@ from dispatch_site.permissions import IsPlatform, IsPlatformOrReadOnly
 from runtimes import selectors, services
 from runtimes.fixes import FIXES
 from runtimes.models import AllowListEntry, PublishVia, ReviewState, RuntimeKind, RuntimeVerdict, SiteSettings
+from runtimes.settings_checks import TRAINER_RELEASES
 
 CLUSTER_SCOPE = "_"
 
@@ -360,7 +361,20 @@ class PriorityClassesField(serializers.DictField):
         return value
 
 
+def _not_a_release() -> str:
+    return (
+        '"{input}" is not a Kubeflow Trainer release dispatch knows: '
+        f"{', '.join(TRAINER_RELEASES)} (the installed Trainer's version decides image placement)"
+    )
+
+
 class SiteSettingsSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializer):
+    trainer_version = serializers.ChoiceField(
+        choices=TRAINER_RELEASES,
+        required=False,
+        error_messages={"invalid_choice": _not_a_release()},
+        help_text="the installed Kubeflow Trainer's version: a release dispatch knows",
+    )
     kueue_default_queues = DefaultQueuesField(required=False)
     kueue_priority_classes = PriorityClassesField(required=False)
     publish_via = serializers.ChoiceField(choices=PublishVia.values, required=False)
@@ -411,13 +425,6 @@ class SiteSettingsSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializ
         read_only_fields = ["updated_at"]
         # RegexValidators (not validate_<field>), so the schema shows the patterns a client must meet.
         extra_kwargs = {
-            "trainer_version": {
-                "validators": [
-                    RegexValidator(
-                        r"^v?\d+\.\d+(\.\d+)?([-+][0-9A-Za-z.-]+)?$", "must be a version such as v2.3.0"
-                    )
-                ]
-            },
             "publish_container": {
                 "validators": [
                     RegexValidator(DNS1123_LABEL_PATTERN, "must be a container name (RFC 1123 label)")
@@ -453,6 +460,18 @@ class SiteSettingsSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializ
         return attrs
 
 
+class SiteSettingsChangedSerializer(SiteSettingsSerializer):
+    warnings = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="what could not be checked (the cluster could not be read): the change is saved anyway",
+    )
+
+    class Meta(SiteSettingsSerializer.Meta):
+        fields = [*SiteSettingsSerializer.Meta.fields, "warnings"]
+        read_only_fields = ["updated_at", "warnings"]
+
+
 class SiteSettingsApi(APIView):
     permission_classes = [IsAuthenticated, IsPlatformOrReadOnly]
 
@@ -461,10 +480,22 @@ class SiteSettingsApi(APIView):
         return Response(SiteSettingsSerializer(selectors.site_settings_seen_by(request.user)).data)
 
     @extend_schema(
-        request=SiteSettingsSerializer, responses=SiteSettingsSerializer, summary="Change site settings"
+        request=SiteSettingsSerializer,
+        responses=SiteSettingsChangedSerializer,
+        summary="Change site settings",
+        description="A default LocalQueue or an allowed WorkloadPriorityClass that does not exist in the "
+        "cluster is a 400 naming the namespace (Kueue not installed too); when the cluster cannot be read "
+        "the change is saved and `warnings` says what was not checked. Only new or changed entries are "
+        'checked; a "*" queue in every namespace granted by name without its own entry.',
     )
     def patch(self, request: Request) -> Response:
-        serializer = SiteSettingsSerializer(SiteSettings.load(), data=request.data, partial=True)
+        site = SiteSettings.load()
+        serializer = SiteSettingsSerializer(site, data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
-        site = services.site_settings_update(actor=request.user, **serializer.validated_data)
-        return Response(SiteSettingsSerializer(site).data)
+        check = services.site_settings_check(site=site, changes=serializer.validated_data)
+        if check.errors:
+            raise ValidationError(check.errors)
+        site = services.site_settings_update(
+            actor=request.user, warnings=check.warnings, **serializer.validated_data
+        )
+        return Response({**SiteSettingsSerializer(site).data, "warnings": check.warnings})

@@ -6,6 +6,7 @@ from django import forms
 
 from dispatch_site.names import is_dns1123_label, is_dns1123_subdomain
 from runtimes.models import RuntimeKind, SiteSettings
+from runtimes.settings_checks import TRAINER_RELEASES
 
 
 class AllowListForm(forms.Form):
@@ -36,6 +37,12 @@ class AllowListForm(forms.Form):
 
 
 class SiteSettingsForm(forms.ModelForm):
+    trainer_version = forms.ChoiceField(
+        choices=[(v, v) for v in TRAINER_RELEASES],
+        label="Trainer version",
+        help_text="The installed Kubeflow Trainer release (it decides image placement for MPI runtimes).",
+    )
+
     class Meta:
         model = SiteSettings
         fields = [
@@ -63,6 +70,12 @@ class SiteSettingsForm(forms.ModelForm):
             "kueue_priority_classes": forms.Textarea(attrs={"rows": 3}),
         }
 
+    def add_field_errors(self, errors: dict[str, Any]) -> None:
+        """A serializer's (or the cluster check's) field errors, on the fields they name."""
+        for field, messages in errors.items():
+            for error in _messages(messages):
+                self.add_error(field if field in self.fields else None, error)
+
     def clean(self) -> dict[str, Any]:
         from runtimes.api import SiteSettingsSerializer
 
@@ -72,9 +85,7 @@ class SiteSettingsForm(forms.ModelForm):
                 data[name] = {}
         serializer = SiteSettingsSerializer(self.instance, data=data, partial=True)
         if not serializer.is_valid():
-            for field, errors in serializer.errors.items():
-                for error in _messages(errors):
-                    self.add_error(field if field in self.fields else None, error)
+            self.add_field_errors(dict(serializer.errors))
         return data
 
 

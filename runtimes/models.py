@@ -9,6 +9,7 @@ from django.db import models
 
 from dispatch_site.names import DEFAULT_LABEL_DOMAIN
 from runtimes.reasons import REVIEW_CONTENT, REVIEW_MISSING, REVIEW_NAME, Review
+from runtimes.settings_checks import DEFAULT_TRAINER_VERSION
 
 
 class RuntimeKind(models.TextChoices):
@@ -114,7 +115,7 @@ class SiteSettings(models.Model):
     publish_via = models.CharField(max_length=16, choices=PublishVia.choices, default=PublishVia.ENV)
     publish_container = models.CharField(max_length=63, blank=True, default="")
     label_domain = models.CharField(max_length=253, default=DEFAULT_LABEL_DOMAIN)
-    trainer_version = models.CharField(max_length=32, default="v2.3.0")
+    trainer_version = models.CharField(max_length=32, default=DEFAULT_TRAINER_VERSION)
     # The site's recovery policy (jobs.recovery): overrides of the built-in default; a job may override it.
     recovery_policy = models.JSONField(default=dict, blank=True)
     # Kueue, per namespace ("*": every namespace without its own entry): the LocalQueue a job without a

@@ -20,6 +20,7 @@ from dispatch_site.roles import AnyUser
 from runtimes.models import AllowListEntry, RuntimeKind, RuntimeVerdict, SiteSettings, runtime_ref
 from runtimes.reasons import RUNTIME_CHANGED_SINCE_REVIEW, SiteRules, Verdict
 from runtimes.rules import check_runtime
+from runtimes.settings_checks import Impact, settings_impact
 
 RuntimeKey = tuple[str, str, str]  # (kind, namespace or "", name)
 
@@ -58,6 +59,40 @@ def site_settings_seen_by(user: AnyUser, site: SiteSettings | None = None) -> Si
         shown = {ns: v for ns, v in entries.items() if ns == roles.ALL_NAMESPACES or readable(ns)}
         setattr(seen, name, shown)
     return seen
+
+
+def granted_namespaces() -> set[str]:
+    """The namespaces granted by name to a user or a group (a "*" grant names none)."""
+    from dispatch_site.models import NamespaceGrant
+
+    named = NamespaceGrant.objects.exclude(namespace=roles.ALL_NAMESPACES)
+    return set(named.values_list("namespace", flat=True).distinct())
+
+
+# Jobs waiting (pending or queued) per namespace: jobs/ registers the counter at start (jobs.apps), since the
+# jobs are above this layer. Without it (runtimes alone) no job waits.
+_waiting_jobs: list[Callable[[], dict[str, int]]] = []
+
+
+def register_waiting_jobs_counter(counter: Callable[[], dict[str, int]]) -> None:
+    _waiting_jobs[:] = [counter]
+
+
+def waiting_jobs() -> dict[str, int]:
+    return _waiting_jobs[0]() if _waiting_jobs else {}
+
+
+def known_namespaces() -> set[str]:
+    """The namespaces dispatch knows of: granted by name, or with jobs waiting."""
+    return granted_namespaces() | {ns for ns, n in waiting_jobs().items() if n}
+
+
+def settings_change_impact(*, site: SiteSettings, changes: dict[str, Any]) -> Impact:
+    """What saving `changes` would affect: the known namespaces (granted, or with waiting jobs) whose jobs
+    see another setting, and how many jobs wait in them."""
+    before = site.as_dict()
+    after = before | {k: v for k, v in changes.items() if k in before}
+    return settings_impact(before, after, granted_namespaces(), waiting_jobs())
 
 
 def site_rules(site: SiteSettings | None = None) -> SiteRules:

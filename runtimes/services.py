@@ -3,23 +3,32 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from cluster import gateway
+from cluster import gateway, kueue
 from cluster.errors import ClusterError
 from cluster.gateway import RuntimeObject
 from dispatch_site.audit import audit_record
 from dispatch_site.roles import AnyUser
+from runtimes import settings_checks
 from runtimes.digest import spec_digest
 from runtimes.models import AllowListEntry, ReviewState, RuntimeVerdict, SiteSettings, runtime_ref
 from runtimes.reasons import SiteRules
 from runtimes.rules import check_runtime
-from runtimes.selectors import forget_cached_reads, get_runtime, latest_verdicts, site_rules
+from runtimes.selectors import (
+    forget_cached_reads,
+    get_runtime,
+    known_namespaces,
+    latest_verdicts,
+    site_rules,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -235,8 +244,91 @@ SETTINGS_FIELDS = (
 )
 
 
+@dataclass(frozen=True)
+class SettingsCheck:
+    """What the cluster says of a change of the site settings: field errors ({field: {key: [message]}}, the
+    key a namespace or "*") refuse it; warnings (what could not be read) are shown and audited with it."""
+
+    errors: dict[str, dict[str, list[str]]]
+    warnings: list[str]
+
+
+def site_settings_check(*, site: SiteSettings, changes: Mapping[str, Any]) -> SettingsCheck:
+    """Read the LocalQueues and WorkloadPriorityClasses that the new or changed Kueue entries name (the "*"
+    queue in every known namespace without its own entry: granted by name, or with jobs waiting). A missing
+    one is an error; Kueue not installed too (every job of those namespaces would be refused
+    queue-not-found). When the cluster cannot be read, the rest is not read and a warning says what was not
+    checked."""
+    errors: dict[str, dict[str, list[str]]] = {}
+    warnings: list[str] = []
+    unreadable: list[str] = []
+    failure: list[str] = []
+
+    def read(fn: Callable[[], Any], what: str) -> tuple[bool, Any]:
+        if unreadable:  # the cluster did not answer: read nothing more
+            unreadable.append(what)
+            return False, None
+        try:
+            return True, fn()
+        except kueue.KueueNotInstalled:
+            raise
+        except ClusterError as exc:
+            failure.append(str(exc))
+            unreadable.append(what)
+            return False, None
+
+    queues = changes.get("kueue_default_queues")
+    classes = changes.get("kueue_priority_classes")
+    try:
+        if queues is not None:
+            field = "kueue_default_queues"
+            reads = settings_checks.queue_reads(site.kueue_default_queues or {}, queues, known_namespaces())
+            for key, pairs in reads.items():
+                if not pairs:
+                    warnings.append(
+                        f"{field} {key!r}: no namespace is granted by name or has waiting jobs, so "
+                        f"LocalQueue {queues[key]!r} was not checked in any namespace"
+                    )
+                missing = []
+                for namespace, queue in pairs:
+                    ok, found = read(
+                        partial(kueue.get_local_queue, namespace, queue),
+                        f"LocalQueue {namespace}/{queue}",
+                    )
+                    if ok and found is None:
+                        missing.append(namespace)
+                if missing:
+                    errors.setdefault(field, {})[key] = [
+                        settings_checks.missing_queue_message(queues[key], missing)
+                    ]
+        if classes is not None:
+            field = "kueue_priority_classes"
+            exists: dict[str, bool] = {}
+            for key, names in settings_checks.class_reads(site.kueue_priority_classes or {}, classes).items():
+                for name in names:
+                    if name not in exists:
+                        ok, found = read(
+                            partial(kueue.get_priority_class, name), f"WorkloadPriorityClass {name}"
+                        )
+                        exists[name] = not ok or found is not None
+                missing = [n for n in names if not exists[n]]
+                if missing:
+                    errors.setdefault(field, {})[key] = [settings_checks.missing_class_message(missing)]
+    except kueue.KueueNotInstalled:
+        message = f"{kueue.not_installed_message()}: every job using this setting would be refused"
+        for field, value in (("kueue_default_queues", queues), ("kueue_priority_classes", classes)):
+            if value:
+                errors[field] = {str(k): [message] for k in value}
+    if unreadable:
+        warnings.append(
+            f"the cluster could not be read ({failure[0]}), so these were not checked: "
+            f"{', '.join(unreadable)}"
+        )
+    return SettingsCheck(errors=errors, warnings=warnings)
+
+
 @transaction.atomic
-def site_settings_update(*, actor: AnyUser, **changes: Any) -> SiteSettings:
+def site_settings_update(*, actor: AnyUser, warnings: Sequence[str] = (), **changes: Any) -> SiteSettings:
     unknown = set(changes) - set(SETTINGS_FIELDS)
     if unknown:
         raise ValueError(f"unknown site settings: {', '.join(sorted(unknown))}")
@@ -247,7 +339,11 @@ def site_settings_update(*, actor: AnyUser, **changes: Any) -> SiteSettings:
     site.updated_by = actor if isinstance(actor, User) else None
     site.save()
     forget_cached_reads()
-    diff = {k: {"from": before[k], "to": v} for k, v in site.as_dict().items() if before[k] != v}
+    diff: dict[str, Any] = {
+        k: {"from": before[k], "to": v} for k, v in site.as_dict().items() if before[k] != v
+    }
+    if diff and warnings:
+        diff["warnings"] = list(warnings)  # saved without the cluster's word on it
     if diff:
         audit_record(
             actor=actor, action="settings.update", object_type="settings", object_id="site", details=diff

@@ -104,12 +104,23 @@ def settings_page(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         _require_platform(request)
         form = SiteSettingsForm(request.POST, instance=SiteSettings.load())
-        if form.is_valid():
-            changes = {f: form.cleaned_data[f] for f in form.Meta.fields}
-            services.site_settings_update(actor=request.user, **changes)
-            messages.success(request, "Site settings saved.")
-            return redirect("dashboard:settings")
-        return render(request, "runtimes/settings.html", {"nav": "runtimes", "form": form}, status=400)
+        context: dict[str, object] = {"nav": "runtimes", "form": form}
+        if not form.is_valid():
+            return render(request, "runtimes/settings.html", context, status=400)
+        changes = {f: form.cleaned_data[f] for f in form.Meta.fields}
+        check = services.site_settings_check(site=site, changes=changes)
+        if check.errors:
+            form.add_field_errors(check.errors)
+            return render(request, "runtimes/settings.html", context, status=400)
+        if "preview" in request.POST:  # the change's reach, before it is saved
+            context["impact"] = selectors.settings_change_impact(site=site, changes=changes)
+            context["warnings"] = check.warnings
+            return render(request, "runtimes/settings.html", context)
+        services.site_settings_update(actor=request.user, warnings=check.warnings, **changes)
+        messages.success(request, "Site settings saved.")
+        for warning in check.warnings:
+            messages.warning(request, warning)
+        return redirect("dashboard:settings")
     form = SiteSettingsForm(instance=selectors.site_settings_seen_by(request.user, site))
     if not roles.is_platform(request.user):
         for field in form.fields.values():

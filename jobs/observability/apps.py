@@ -12,7 +12,8 @@ class ObservabilityConfig(AppConfig):
 
     def ready(self) -> None:
         from dispatch_site import metrics
-        from jobs.observability import collector, outbox
+        from jobs.observability import collector, outbox, zeros
 
         outbox.connect()
+        zeros.zero_known_series()
         metrics.register_scrape_collector(collector.DatabaseCollector())

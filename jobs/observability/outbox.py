@@ -169,13 +169,13 @@ def _observe(change: Change) -> None:
     """The counters one committed change moves."""
     if change.to_state and change.from_state != change.to_state:
         metrics.JOB_TRANSITIONS.labels(
-            change.from_state or payloads.NEW, change.to_state, change.cause or "none"
+            change.from_state or payloads.NEW, change.to_state, change.cause or payloads.NO_CAUSE
         ).inc()
     if change.kind == "refused":
         for code in change.data.get("reasons") or []:
             metrics.REFUSALS.labels(code).inc()
     elif change.kind == "retry":
-        metrics.RECOVERY_ATTEMPTS.labels(change.cause or "none").inc()
+        metrics.RECOVERY_ATTEMPTS.labels(change.cause or payloads.NO_CAUSE).inc()
     elif change.kind == "identity-finding":
         for finding in change.data.get("findings") or []:
             metrics.IDENTITY_FINDINGS.labels("true" if finding.get("expected") else "false").inc()

@@ -14,6 +14,7 @@ EVENT_TYPES: Final = (STATE_CHANGED, RETRY_SCHEDULED, ATTEMPT_STARTED, IDENTITY_
 
 SUBMITTED: Final = "submitted"  # the Change kind of a new (accepted) job: it has no JobEvent of its own
 NEW: Final = "new"  # the state a submission leaves, in metrics labels
+NO_CAUSE: Final = "none"  # the cause of a change without one, in metrics labels
 
 # Timeline kinds that change the state without naming it (jobs.submission writes them), and the state each
 # one enters.

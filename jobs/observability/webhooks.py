@@ -52,6 +52,9 @@ CLAIM_SECONDS = 120  # longer than one attempt (connect + read timeout)
 COUNTDOWN_MAX = 300  # a retry due within this is sent by a countdown; later ones by the sweep
 ERROR_CHARS = 500
 ALL_NAMESPACES = "*"
+# The outcomes of one delivery attempt (dispatch_webhook_deliveries{outcome}).
+OUTCOME_DELIVERED, OUTCOME_FAILED, OUTCOME_DISABLED = "delivered", "failed", "disabled"
+OUTCOMES = (OUTCOME_DELIVERED, OUTCOME_FAILED, OUTCOME_DISABLED)
 
 
 class WebhookInputError(ValueError):
@@ -459,7 +462,7 @@ def _record(
             WebhookDelivery.objects.filter(pk=delivery.pk).update(
                 state=DeliveryState.DELIVERED, delivered_at=now, **common
             )
-            metrics.WEBHOOK_DELIVERIES.labels("delivered").inc()
+            metrics.WEBHOOK_DELIVERIES.labels(OUTCOME_DELIVERED).inc()
             transaction.on_commit(lambda: _send_head(endpoint.pk, delivery.job_id), robust=True)
         elif number > len(schedule):
             WebhookDelivery.objects.filter(pk=delivery.pk).update(state=DeliveryState.FAILED, **common)
@@ -473,14 +476,14 @@ def _record(
             WebhookEndpoint.objects.filter(pk=endpoint.pk, active=True).update(
                 active=False, disabled_at=now, disabled_reason=reason, updated_at=now
             )
-            metrics.WEBHOOK_DELIVERIES.labels("disabled").inc()
+            metrics.WEBHOOK_DELIVERIES.labels(OUTCOME_DISABLED).inc()
             logger.warning("webhook endpoint %s %s", endpoint.pk, reason)
         else:
             delay = float(schedule[number - 1])
             WebhookDelivery.objects.filter(pk=delivery.pk).update(
                 next_attempt_at=now + timedelta(seconds=delay), **common
             )
-            metrics.WEBHOOK_DELIVERIES.labels("failed").inc()
+            metrics.WEBHOOK_DELIVERIES.labels(OUTCOME_FAILED).inc()
             countdown = delay if delay <= COUNTDOWN_MAX else None
         if countdown is not None:
             transaction.on_commit(

@@ -10,11 +10,12 @@ from cluster import gateway, kueue
 from dispatch_site import roles
 from jobs.naming import new_job_id
 from jobs.plan import Plan, build_plan
-from jobs.queueing import NO_KUEUE, KueueInputs, allowed_priority_classes, choose_queue
+from jobs.queueing import NO_KUEUE, KueueInputs, choose_queue
 from jobs.spec import JobSpec
 from runtimes.models import AllowListEntry, SiteSettings
 from runtimes.reasons import AllowListMiss
 from runtimes.selectors import allow_list_entry, get_runtime, site_rules
+from runtimes.settings_checks import allowed_priority_classes
 
 
 def _runtime_key(spec: JobSpec) -> tuple[str, str, str]:
