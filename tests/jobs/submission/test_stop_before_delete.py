@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.django_db, pytest.mark.usefixture
 
 # Rank 1 exits 3 after a second; rank 0 keeps running until its attempt is stopped (a healthy rank).
 FAILING = {"KWOK_EXIT_CODE": "3", "KWOK_FAIL_RANK": "1", "KWOK_RUN_DURATION": "1s"}
-RETRY_ONCE = {"retry": {"app-error": 1}, "backoff_seconds": {"app-error": 0}}
+RETRY_ONCE = {"retry": {"app-error": 1}, "backoff_seconds": {"app-error": 0}, "budgets": {"user": 1}}
 NO_RETRY = {"retry": {"app-error": 0}}
 
 
@@ -79,7 +79,7 @@ def test_under_kueue_every_failed_attempt_is_suspended_before_its_delete_and_no_
     the identity observer sees no rank run twice."""
     ns = kueue_queue.namespace
     token = submitter[1]
-    recorder = Recorder(kube, ns).start()
+    recorder = Recorder(kube, ns).start(kinds=("TrainJob",))
     observer = IdentityObserver(kubeconfig).start()
     try:
         jobs = [
@@ -147,7 +147,7 @@ def test_a_delete_the_sweep_delivers_late_still_stops_the_trainjob_first(
         body = _queue_body(queue, env={"KWOK_STAY_RUNNING": "1"})
     else:
         body = job_body(namespace, env={"KWOK_STAY_RUNNING": "1"})
-    recorder = Recorder(kube, namespace).start()
+    recorder = Recorder(kube, namespace).start(kinds=("TrainJob",))
     try:
         job_id = submit_job(token, body, django_capture_on_commit_callbacks)
         supervise_until(token, job_id, lambda d: d["state"] == "running", what="running")
