@@ -182,7 +182,7 @@ def test_a_delete_the_sweep_delivers_late_still_stops_the_trainjob_first(
         )
     finally:
         recorder.stop()
-    deleted, unsuspended = _unsuspended_deletes(recorder, execution.trainjob_name)
+    deleted, unsuspended = _unsuspended_deletes(recorder, execution.trainjob_name, shown=True)
     assert deleted == [execution.trainjob_name]
     assert unsuspended == [], "the late delete deleted the running TrainJob without stopping it first"
     execution.refresh_from_db()
