@@ -169,6 +169,10 @@ class Execution(models.Model):
     # Cancel or refusal asked for the objects to go; the sweep re-enqueues the delete until
     # objects_removed_at is set.
     delete_requested_at = models.DateTimeField(null=True, blank=True)
+    # When the cluster first accepted dispatch's stop of the attempt's TrainJob (its Workload deactivated, or
+    # spec.suspend written): the delete's fallback (delete a TrainJob the Trainer never shows stopped) is
+    # measured from here, never from delete_requested_at, so a delete delivered late still stops first.
+    stop_accepted_at = models.DateTimeField(null=True, blank=True)
     # The failing rank's last log lines, read right before dispatch deleted the failed attempt's TrainJob
     # (jobs.logtail): {rank, pod, container, text, truncated, captured_at}; {} when none was kept.
     log_tail = models.JSONField(default=dict, blank=True)

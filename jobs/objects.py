@@ -38,6 +38,35 @@ TRAINJOB_DEFAULT_MANAGED_BY: Final = "trainer.kubeflow.org/trainjob-controller"
 KUEUE_RUNTIME_PATCH_MANAGER: Final = "kueue.x-k8s.io/manager"
 
 
+def _true(obj: Mapping[str, Any], kind: str) -> bool:
+    return any(
+        isinstance(c, Mapping) and c.get("type") == kind and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
+
+
+def trainjob_stopped(trainjob: Mapping[str, Any]) -> bool:
+    """Nothing can run this TrainJob's ranks again: it completed, or the Trainer shows it suspended
+    (spec.suspend and its Suspended condition), so a JobSet it rebuilds is suspended and its Jobs make no
+    pod. Trainer v2.3.0 rebuilds the JobSet of any TrainJob that has not completed when the JobSet goes
+    (status-facts §12): a failed TrainJob is not stopped until it is suspended."""
+    if _true(trainjob, "Complete"):
+        return True
+    return (trainjob.get("spec") or {}).get("suspend") is True and _true(trainjob, "Suspended")
+
+
+def kueue_lets_suspend(workload: Mapping[str, Any]) -> bool:
+    """Kueue will not resume the TrainJob of this Workload, so dispatch may set spec.suspend itself: the
+    Workload is Finished (Kueue does nothing more for its job; a failed attempt's), or it is inactive and
+    either evicted or holding no quota (Kueue starts a suspended job whose Workload is admitted and not
+    evicted, kueue v0.19.2 jobframework/reconciler.go, steps 6 and 7)."""
+    if _true(workload, "Finished"):
+        return True
+    if (workload.get("spec") or {}).get("active") is not False:
+        return False
+    return _true(workload, "Evicted") or not _true(workload, "QuotaReserved")
+
+
 def body_hash_key(label_domain: str) -> str:
     return f"{label_domain}/{BODY_HASH}"
 

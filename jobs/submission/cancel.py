@@ -7,6 +7,7 @@ import json
 import logging
 import time
 from contextlib import suppress
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -20,7 +21,7 @@ from jobs import enqueue
 from jobs.logtail import execution_log_keep
 from jobs.models import ACTIVE_STATES, Execution, Job, JobState, PodTombstone
 from jobs.naming import KUEUE_QUEUE_LABEL, kueue_mark_key
-from jobs.objects import TRAINING_RUNTIME, TRAINJOB, is_ours
+from jobs.objects import TRAINING_RUNTIME, TRAINJOB, is_ours, kueue_lets_suspend, trainjob_stopped
 from jobs.submission.claim import job_event, job_transition, start_may_still_create
 from jobs.submission.errors import JobNotCancellable, TransientSubmitError
 
@@ -49,17 +50,15 @@ def execution_objects_delete(job: Job, execution: Execution, *, retry_transient:
     unannotated_ok = fresh.submitted_at is not None
     if fresh.state == JobState.FAILED and fresh.objects_removed_at is None:
         execution_log_keep(job=job, execution=fresh)  # the failing rank's log goes with its pod
-    requested = fresh.delete_requested_at
-    waited = (timezone.now() - requested).total_seconds() if requested else 0.0
-    stop_since = time.monotonic() - max(waited, 0.0)
     made = fresh.trainjob_uid  # "" when no start recorded one (yet)
+    stop = _StopClock(execution_id=fresh.pk, accepted_at=fresh.stop_accepted_at)
     try:
-        left = _delete_pass(job, name, unannotated_ok, stop_since, made)
+        left = _delete_pass(job, name, unannotated_ok, stop, made)
         for wait in GONE_WAITS:  # a deleted TrainJob goes at once; the garbage collector takes its copy
             if not left:
                 break
             time.sleep(wait)
-            left = _delete_pass(job, name, unannotated_ok, stop_since, made)
+            left = _delete_pass(job, name, unannotated_ok, stop, made)
     except ClusterError as exc:
         logger.warning("could not delete the objects of %s/%s: %s", job.namespace, name, exc)
         if exc.transient and retry_transient:
@@ -82,31 +81,64 @@ GONE_WAITS = (0.1, 0.2, 0.4, 0.8)
 
 
 # How long the delete waits for the Trainer to show a TrainJob stopped before it deletes it anyway (the
-# Trainer is down, say: then nothing can rebuild the JobSet either).
+# Trainer is down, say: then nothing can rebuild the JobSet either), counted from the first stop the cluster
+# accepted (Execution.stop_accepted_at), never from the request: a delete the sweep delivers late stops first.
 STOP_WAIT_SECONDS = 30.0
 
 
+class _StopClock:
+    """When the cluster first accepted this execution's stop: kept on the Execution (compare-and-set, so two
+    deliveries at once keep the first), and read back from it by every later delivery."""
+
+    def __init__(self, *, execution_id: int | None, accepted_at: datetime | None) -> None:
+        self.execution_id = execution_id
+        self.accepted_at = accepted_at
+
+    def accepted(self) -> None:
+        if self.accepted_at is not None:
+            return
+        now = timezone.now()
+        if self.execution_id is not None:
+            Execution.objects.filter(pk=self.execution_id, stop_accepted_at__isnull=True).update(
+                stop_accepted_at=now
+            )
+            first = (
+                Execution.objects.filter(pk=self.execution_id)
+                .values_list("stop_accepted_at", flat=True)
+                .first()
+            )
+            now = first or now
+        self.accepted_at = now
+
+    def ran_out(self) -> bool:
+        """The fallback: a stop was accepted STOP_WAIT_SECONDS ago and the Trainer still shows none."""
+        if self.accepted_at is None:
+            return False
+        return (timezone.now() - self.accepted_at).total_seconds() >= STOP_WAIT_SECONDS
+
+
 def _delete_pass(
-    job: Job, name: str, unannotated_ok: bool, stop_since: float | None = None, made: str = ""
+    job: Job, name: str, unannotated_ok: bool, stop: _StopClock | None = None, made: str = ""
 ) -> list[str]:
     """Delete what is left of ours under `name`; the kinds still there (being deleted, or just deleted).
-    A TrainJob is stopped first (_stop) and deleted once the Trainer shows it stopped. `made`: the UID of
-    the TrainJob the start created, when it recorded one; another TrainJob, and a copy another TrainJob
-    owns, are not ours."""
+    A TrainJob is stopped first (_stop) and deleted once the Trainer shows it stopped, or STOP_WAIT_SECONDS
+    after the cluster first accepted the stop (`stop`; without one, at once). `made`: the UID of the
+    TrainJob the start created, when it recorded one; another TrainJob, and a copy another TrainJob owns,
+    are not ours."""
     trainjob = gateway.get_namespaced(TRAINJOB, job.namespace, name)
     if trainjob is not None and not is_ours(
         trainjob, job.label_domain, job.id, unannotated_ok=unannotated_ok, trainjob_uid=made
     ):
         trainjob = None  # somebody else's object under our name: not ours to delete, nor to wait for
     if trainjob is not None and not _deleting(trainjob):
-        waited = time.monotonic() - stop_since if stop_since is not None else STOP_WAIT_SECONDS
-        stop_now = _stopped(trainjob) or waited >= STOP_WAIT_SECONDS
-        if not stop_now:
+        stop_now = stop is None or trainjob_stopped(trainjob) or stop.ran_out()
+        if not stop_now and stop is not None:
             try:
                 _stop(job, trainjob)
+                stop.accepted()
             except Rejected as exc:
-                # Refused (the Trainer's webhook denies any update once the TrainJob's runtime is gone: then
-                # it cannot rebuild the JobSet either): delete it as it is.
+                # Refused (the Trainer's webhook denies any update once the TrainJob's runtime is gone):
+                # delete it as it is.
                 logger.info("could not stop %s/%s before deleting it: %s", job.namespace, name, exc)
                 stop_now = True
         if stop_now:
@@ -133,44 +165,43 @@ def _uid(obj: dict[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("uid") or "")
 
 
-def _condition(obj: dict[str, Any], kind: str) -> bool:
-    return any(
-        c.get("type") == kind and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions") or []
-    )
-
-
-def _stopped(trainjob: dict[str, Any]) -> bool:
-    """Safe to delete: nothing can run its ranks again. Trainer v2.3.0 rebuilds the JobSet of any TrainJob
-    that has not completed when the JobSet goes (status-facts §12), and a background delete removes the JobSet
-    while the Trainer's cache may still hold the TrainJob: seen in chaos, both ranks of a failed attempt ran
-    again for 30 ms under the same identity. A TrainJob the Trainer shows suspended (spec.suspend and its
-    Suspended condition) rebuilds a suspended JobSet, whose Jobs make no pod."""
-    if _condition(trainjob, "Complete"):
-        return True
-    return (trainjob.get("spec") or {}).get("suspend") is True and _condition(trainjob, "Suspended")
-
-
 def _stop(job: Job, trainjob: dict[str, Any]) -> None:
-    """Ask for the TrainJob to stop (idempotent). Under Kueue, which owns spec.suspend (it would resume an
-    admitted job a user suspended), by deactivating its Workload with dispatch's mark: Kueue then suspends
-    the TrainJob itself and never admits it again."""
+    """Ask for the TrainJob to stop (idempotent; returns once the cluster accepted it). Without Kueue:
+    spec.suspend. Under Kueue, which owns spec.suspend (it resumes a suspended TrainJob whose Workload is
+    admitted), first by deactivating its Workload with dispatch's mark; then, once Kueue can no longer
+    resume it (jobs.objects.kueue_lets_suspend: the Workload Finished, or deactivated and evicted or
+    holding no quota; or gone), by spec.suspend too. Kueue suspends an admitted TrainJob itself when it
+    evicts the deactivated Workload, but never one whose Workload is Finished (a failed attempt's): without
+    dispatch's own suspend that TrainJob would be deleted unsuspended, and the Trainer rebuilds the
+    JobSet of a TrainJob it still holds (status-facts §12)."""
     meta = trainjob.get("metadata") or {}
     namespace, name = job.namespace, str(meta.get("name"))
     if (meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL):
-        for workload in kueue.list_workloads(namespace) or []:
-            owners = (workload.get("metadata") or {}).get("ownerReferences") or []
-            if any(ref.get("uid") == _uid(trainjob) for ref in owners):
+        workload = _workload_of(namespace, _uid(trainjob))
+        if workload is not None:
+            outcome = kueue.ALREADY
+            if (workload.get("spec") or {}).get("active") is not False:
                 mark = {"cause": "cancelled", "at": timezone.now().isoformat(), "by": "dispatch"}
-                kueue.deactivate_workload(
+                outcome = kueue.deactivate_workload(
                     namespace=namespace,
                     name=str(workload["metadata"]["name"]),
                     uid=_uid(workload),
                     annotations={kueue_mark_key(job.label_domain): json.dumps(mark, sort_keys=True)},
                 )
-        return
+            if outcome != kueue.GONE and not kueue_lets_suspend(workload):
+                # Not yet evicted: Kueue would resume a TrainJob suspended now. It evicts the deactivated
+                # Workload and suspends the TrainJob itself; the next pass reads it again.
+                return
     if (trainjob.get("spec") or {}).get("suspend") is not True:
         gateway.patch_namespaced(TRAINJOB, namespace, name, {"spec": {"suspend": True}})
+
+
+def _workload_of(namespace: str, trainjob_uid: str) -> dict[str, Any] | None:
+    for workload in kueue.list_workloads(namespace) or []:
+        owners = (workload.get("metadata") or {}).get("ownerReferences") or []
+        if any(ref.get("uid") == trainjob_uid for ref in owners):
+            return workload
+    return None
 
 
 def job_cancel(*, actor: Any, job: Job) -> Job:

@@ -8,8 +8,8 @@
   ranks do not keep their GPUs;
 - a failed execution is followed by attempt A+1 when the job's recovery policy says so
   (jobs.recovery): the job goes back to `pending` for the backoff, attempt A's TrainJob is deleted, and
-  A+1 starts (from the runtime snapshot stored with the job) once the backoff ran out and a list shows none
-  of A's pods still running;
+  A+1 starts (from the runtime snapshot stored with the job) once the backoff ran out, A's TrainJob is gone or
+  the Trainer shows it suspended, and a list shows none of A's pods still running;
 - identity findings are written on the job's timeline when they appear, whatever the state (a completed job
   keeps them);
 - when the cluster cannot be read, active jobs go to `unknown` (with their last known state and since when)
@@ -31,6 +31,7 @@ from cluster.errors import ClusterError
 from jobs import enqueue, recovery
 from jobs.models import Execution, Job, JobEvent, JobState, PodTombstone
 from jobs.naming import trainjob_name
+from jobs.objects import TRAINJOB, trainjob_stopped
 from jobs.supervision.status import DerivedStatus, merge_memory
 from runtimes.models import SiteSettings
 
@@ -318,6 +319,10 @@ def _start_due_retries() -> int:
         until = datetime.fromisoformat(str(job.queued_reason.get("until")))
         if until > now:
             continue
+        up = _trainjob_still_up(job)
+        if up:
+            _say_waiting(job, up)
+            continue
         running, problem = _pods_still_running(job)
         if running or problem:
             _say_waiting_for_pods(job, running, problem)
@@ -339,6 +344,42 @@ def _start_due_retries() -> int:
             transaction.on_commit(enqueue.on_commit_send(enqueue.EXECUTION_SUBMIT, execution.pk), robust=True)
         started += 1
     return started
+
+
+def _trainjob_still_up(job: Job) -> str:
+    """Why attempt A's TrainJob keeps A+1 waiting ("" once it is gone, or the Trainer shows it stopped):
+    while it exists unsuspended, the Trainer rebuilds its JobSet when that goes (status-facts §12), and a
+    rebuilt JobSet of A would run beside A+1, outside its quota and unwatched. Only the TrainJob the start
+    recorded (its UID) counts; another one under the name is not A's."""
+    attempt = job.current_attempt
+    execution = Execution.objects.filter(job_id=job.pk, attempt=attempt).only("trainjob_name", "trainjob_uid")
+    row = execution.first()
+    name = row.trainjob_name if row is not None else trainjob_name(job.pk, attempt)
+    try:
+        trainjob = gateway.get_namespaced(TRAINJOB, job.namespace, name)
+    except ClusterError as exc:
+        return f"waiting for attempt {attempt}'s TrainJob {name} to stop (it could not be read: {exc})"
+    if trainjob is None or trainjob_stopped(trainjob):
+        return ""
+    uid = str((trainjob.get("metadata") or {}).get("uid") or "")
+    if row is not None and row.trainjob_uid and uid != row.trainjob_uid:
+        return ""
+    return (
+        f"waiting for attempt {attempt}'s TrainJob {name} to be suspended or deleted before attempt "
+        f"{attempt + 1} starts"
+    )
+
+
+def _say_waiting(job: Job, message: str) -> None:
+    if job.queued_reason.get("message") == message:
+        return
+    reason = {**job.queued_reason, "message": message}
+    Job.objects.filter(
+        pk=job.pk,
+        state=JobState.PENDING,
+        current_attempt=job.current_attempt,
+        queued_reason__reason=RETRY_BACKOFF,
+    ).update(queued_reason=reason, message=message, updated_at=timezone.now())
 
 
 def _pods_still_running(job: Job) -> tuple[list[str], str]:

@@ -273,7 +273,8 @@ class Recorder:
     _errors: list[BaseException] = field(default_factory=list)
     _t0: float = field(default_factory=time.monotonic)
 
-    def start(self) -> Recorder:
+    def start(self, kinds: tuple[str, ...] = ()) -> Recorder:
+        """Watch every kind above, or only `kinds` (a plane without Kueue serves no Workloads)."""
         ns, kube = self.namespace, self.kube
         sources: list[Source] = [
             ("Pod", kube.core.list_namespaced_pod, (ns,)),
@@ -283,6 +284,8 @@ class Recorder:
             ("JobSet", kube.custom.list_namespaced_custom_object, (*JOBSET, ns, "jobsets")),
             ("Workload", kube.custom.list_namespaced_custom_object, (*KUEUE, ns, "workloads")),
         ]
+        if kinds:
+            sources = [source for source in sources if source[0] in kinds]
         self._threads.extend(start_watches(sources, self._record, stop=self._stop, errors=self._errors))
         return self
 
