@@ -18,6 +18,7 @@ from cluster.gateway import calling, core, counted, raw_list, requests_made, tar
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 DEFAULT_LOG_BYTES = 256 * 1024
 
@@ -36,6 +37,7 @@ class PodInfo:
     containers: tuple[str, ...]
     init_containers: tuple[str, ...] = field(default=())
     uid: str = ""
+    job_index: int = 0  # the JobSet job index (of its replicated job)
 
 
 def _int(value: object) -> int | None:
@@ -60,6 +62,7 @@ def _pod_info(item: dict[str, Any]) -> PodInfo:
         rank=rank,
         restart_attempt=_int(labels.get(RESTART_ATTEMPT)) or 0,
         replicated_job=str(labels.get(REPLICATED_JOB, "")),
+        job_index=_int(labels.get(JOB_INDEX)) or 0,
         phase=str((item.get("status") or {}).get("phase", "")),
         created=str(meta.get("creationTimestamp", "")),
         containers=tuple(str(c.get("name", "")) for c in spec.get("containers") or []),

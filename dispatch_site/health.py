@@ -4,7 +4,9 @@
 only to the platform role (API token or session), or, as an explicit opt-in, to a direct caller from an
 address on READYZ_DETAIL_ADDRESSES (empty by default). A request that came through a proxy (it carries
 X-Forwarded-For, X-Real-IP or Forwarded) never counts as a direct caller: a proxy in the same pod connects
-from 127.0.0.1 on behalf of anyone. Errors are always logged.
+from 127.0.0.1 on behalf of anyone. Errors are always logged. Those who see the details also see the
+advisories, which do not count toward readiness: whether dispatch's admission guard is in the cluster
+(cluster.guard; a missing guard is a warning to act on, not a reason to stop serving).
 """
 
 from __future__ import annotations
@@ -60,6 +62,12 @@ def readiness_checks() -> dict[str, Callable[[], dict[str, Any]]]:
     return {name: import_string(path) for name, path in settings.READINESS_CHECKS.items()}
 
 
+def readiness_advisories() -> dict[str, Callable[[], dict[str, Any]]]:
+    """What /readyz reports beside the checks, to those who see its details, without counting toward
+    readiness (settings.READINESS_ADVISORIES: the admission guard, cluster.guard)."""
+    return {name: import_string(path) for name, path in settings.READINESS_ADVISORIES.items()}
+
+
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
@@ -102,4 +110,9 @@ def readyz(request: HttpRequest) -> JsonResponse:
     body: dict[str, Any] = {"status": "ready" if ready else "not ready"}
     if _may_see_details(request):
         body["checks"] = checks
+        advisories = {name: check() for name, check in readiness_advisories().items()}
+        for name, advisory in advisories.items():
+            if not advisory["ok"]:
+                logger.warning("readyz: %s: %s", name, advisory.get("error") or advisory.get("warnings"))
+        body["advisories"] = advisories
     return JsonResponse(body, status=200 if ready else 503)

@@ -188,6 +188,11 @@ READINESS_CHECKS = {
     "redis": "dispatch_site.health.check_redis",
     "kubernetes": "cluster.health.check_kubernetes",
 }
+# What /readyz also reports to those who see its details, without counting toward readiness: a missing
+# admission guard is a warning to act on, not a reason to take dispatch out of service.
+READINESS_ADVISORIES = {
+    "guard": "cluster.guard.check_guard",
+}
 
 CELERY_BROKER_URL = REDIS_URL
 # kombu's Redis transport, fixed so that a Redis restart does not end a worker (dispatch_site.broker).

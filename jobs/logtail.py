@@ -34,14 +34,53 @@ class KeptLog:
     captured_at: str
 
 
-def pick_pod(
-    pods: list[cluster_logs.PodInfo], *, rank: int, restart_attempt: int | None
-) -> cluster_logs.PodInfo | None:
-    """The rank's pod: the given JobSet restart, else the newest one (pure)."""
+@dataclass(frozen=True)
+class RankPod:
+    """The rank's pod, or (pod None) every pod that claims the rank's place when more than one does."""
+
+    pod: cluster_logs.PodInfo | None
+    claims: tuple[cluster_logs.PodInfo, ...] = ()
+
+
+def rank_pod(
+    pods: list[cluster_logs.PodInfo], *, rank: int, restart_attempt: int | None, replaced: bool = False
+) -> RankPod:
+    """The rank's pod (pure): of the given JobSet restart, else the newest one, the newest pod of the rank.
+    The Job controller makes one pod per rank and JobSet restart (a job whose plan did not warn that ranks
+    restart: `replaced` False; supervision fails such a job identity-violation when it sees two). When more
+    than one pod holds that place (same JobSet restart, replicated job, job index and rank), one was made by
+    someone who may create pods in the namespace, with the labels and the Job's ownerReference copied:
+    dispatch does not guess which one is the rank's, and names them all."""
     mine = [p for p in pods if p.rank == rank]
     if restart_attempt is not None:
         mine = [p for p in mine if p.restart_attempt == restart_attempt]
-    return max(mine, key=lambda p: (p.restart_attempt, p.created), default=None)
+    newest = max(mine, key=lambda p: (p.restart_attempt, p.created), default=None)
+    if newest is None or replaced:
+        return RankPod(newest)
+    claims = tuple(
+        sorted(
+            (
+                p
+                for p in mine
+                if (p.restart_attempt, p.replicated_job, p.job_index)
+                == (newest.restart_attempt, newest.replicated_job, newest.job_index)
+            ),
+            key=lambda p: (p.created, p.name),
+        )
+    )
+    return RankPod(newest) if len(claims) == 1 else RankPod(None, claims)
+
+
+def claims_message(found: RankPod, *, job: Job, attempt: int, rank: int) -> str:
+    """What a log request or the kept log says when more than one pod claims the rank (pure)."""
+    names = ", ".join(f"{p.name} (uid {p.uid})" for p in found.claims)
+    first = found.claims[0]
+    return (
+        f"{len(found.claims)} pods claim rank {rank} of attempt {attempt} of job {job.id} (JobSet restart "
+        f"{first.restart_attempt}, replicated job {first.replicated_job!r}): {names}. The Job controller "
+        f"makes one; the others were made by someone who may create pods in namespace {job.namespace}, and "
+        "dispatch does not guess which log is the rank's"
+    )
 
 
 def chain_pods(pods: list[cluster_logs.PodInfo], execution: Execution) -> list[cluster_logs.PodInfo]:
@@ -67,9 +106,17 @@ def execution_log_keep(*, job: Job, execution: Execution) -> bool:
         pods = chain_pods(
             cluster_logs.list_pods(job.namespace, pod_selector(job, execution.attempt)), execution
         )
-        pod = pick_pod(pods, rank=execution.rank, restart_attempt=None)
+        found = rank_pod(
+            pods, rank=execution.rank, restart_attempt=None, replaced=bool(job.identity_warnings)
+        )
+        pod = found.pod
         if pod is None or CONTAINER not in pod.containers:
-            missing = {"rank": execution.rank, "missing": "no pod of the rank was left to read"}
+            why = (
+                claims_message(found, job=job, attempt=execution.attempt, rank=execution.rank)
+                if found.claims
+                else "no pod of the rank was left to read"
+            )
+            missing = {"rank": execution.rank, "missing": why}
             Execution.objects.filter(pk=execution.pk, log_tail={}).update(log_tail=missing)
             execution.log_tail = missing
             return False

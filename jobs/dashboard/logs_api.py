@@ -3,7 +3,9 @@
 The pod is found by the job's labels (one list call), never by guessing its name, and counts only when
 supervision found it in the attempt's owner chain (jobs.logtail.chain_pods: a pod with copied labels is never
 the rank's): the rank is the pod's completion index, and of a rank's pods in one attempt (a JobSet restart
-makes another) the newest JobSet restart answers unless ?restart_attempt= names one. A rank with no pod is 404
+makes another) the newest JobSet restart answers unless ?restart_attempt= names one. Two pods in the chain at
+one rank's place (one forged with the Job's ownerReference copied) answer neither: 404 naming both
+(jobs.logtail.rank_pod). A rank with no pod is 404
 naming the ranks and attempts that have pods, so the caller's next request is the right one, unless its log
 was kept when dispatch deleted its failed attempt's TrainJob (jobs.logtail): then the kept lines answer, with
 X-Dispatch-Kept.
@@ -27,7 +29,7 @@ from cluster.errors import ClusterError, NotFound, Rejected
 from dispatch_site.api import DetailSerializer, StrictSerializer
 from dispatch_site.longrequests import released_after, take_slot
 from jobs import selectors
-from jobs.logtail import chain_pods, kept_log, pick_pod, pod_selector
+from jobs.logtail import chain_pods, claims_message, kept_log, pod_selector, rank_pod
 from jobs.models import Job
 
 MAX_TAIL = 10_000
@@ -66,7 +68,14 @@ def _find_pod(
         raise LogNotFound(f"job {job.id} has no attempt {attempt}", attempts=attempts)
     execution = job.executions.get(attempt=attempt)
     pods = chain_pods(cluster_logs.list_pods(job.namespace, pod_selector(job, attempt)), execution)
-    pod = pick_pod(pods, rank=rank, restart_attempt=restart_attempt)
+    found = rank_pod(pods, rank=rank, restart_attempt=restart_attempt, replaced=bool(job.identity_warnings))
+    if found.claims:
+        raise LogNotFound(
+            claims_message(found, job=job, attempt=attempt, rank=rank),
+            attempts=attempts,
+            pods=[p.name for p in found.claims],
+        )
+    pod = found.pod
     if pod is None:
         ranks = sorted({p.rank for p in pods if p.rank is not None})
         which = f" in JobSet restart {restart_attempt}" if restart_attempt is not None else ""

@@ -341,4 +341,17 @@ def kubernetes_health(user: Any, check: dict[str, Any]) -> dict[str, Any]:
     return {**check, "error": HIDDEN_ERROR}
 
 
+GUARD_HIDDEN = "the platform role sees which policy is missing (manage.py check_cluster)"
+
+
+def guard_health(user: Any, check: dict[str, Any]) -> dict[str, Any]:
+    """The admission guard check (cluster.guard) as the overview shows it: complete or not to everyone; which
+    policy is missing, which namespaces it covers, and a read's error text, to the platform role only."""
+    if roles.is_platform(user):
+        return check
+    if check.get("ok"):
+        return {"ok": True}
+    return {"ok": False, "warnings": [GUARD_HIDDEN] if "warnings" in check else [], "error": HIDDEN_ERROR}
+
+
 CAUSES = Cause.values

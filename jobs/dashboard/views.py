@@ -23,6 +23,7 @@ from django.utils.cache import patch_vary_headers
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
+from cluster import guard as cluster_guard
 from cluster import health as cluster_health
 from cluster import logs as cluster_logs
 from cluster.errors import ClusterError
@@ -72,9 +73,13 @@ def home_page(request: HttpRequest) -> HttpResponse:
 
 @page_login_required
 def home_cluster(request: HttpRequest) -> HttpResponse:
-    """The overview's cluster box: the API server answered now or not, and the supervisor's last cycle."""
+    """The overview's cluster box: the API server answered now or not, the admission guard is complete or
+    what is missing, and the supervisor's last cycle."""
     context = {
         "kubernetes": dashboard.kubernetes_health(request.user, cluster_health.check_kubernetes()),
+        "guard": dashboard.guard_health(
+            request.user, cluster_guard.check_guard(max_age=cluster_guard.CACHE_SECONDS)
+        ),
         "supervisor": dashboard.supervisor_health(request.user),
         "cluster_poll": CLUSTER_POLL_SECONDS,
     }

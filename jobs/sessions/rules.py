@@ -210,12 +210,45 @@ def trainer_pod_problem(
     return f"trainer pod {session.pod} is {pod.phase}: the session cannot run commands; {close}"
 
 
+def trainer_pod_claims(pod_list: Sequence[pods.PodInfo], replicated_job: str) -> list[pods.PodInfo]:
+    """The pods at the trainer pod's place: of the trainer's replicated job, not being deleted, at the first
+    place (job index, then completion index) any such pod holds, by name. The Job controller makes one pod per
+    place; a second one in the owner chain was made by somebody who may create pods in the namespace and
+    copied the labels and the ownerReference (the admission guard refuses that at the door). Never a pod of
+    another replicated job: an MPI launcher's pod appears only after the node pods are ready, and until then
+    there is no trainer pod. A negative index is no place a Job gives. Pure."""
+    mine = [
+        p
+        for p in pod_list
+        if p.replicated_job == replicated_job
+        and not p.deleting
+        and p.job_index >= 0
+        and p.completion_index >= 0
+    ]
+    first = min(((p.job_index, p.completion_index) for p in mine), default=None)
+    return sorted((p for p in mine if (p.job_index, p.completion_index) == first), key=lambda p: p.name)
+
+
 def pick_trainer_pod(pod_list: Sequence[pods.PodInfo], replicated_job: str) -> pods.PodInfo | None:
-    """The trainer pod: the first pod (job index, then completion index) of the trainer's replicated job
-    that is not being deleted. Never a pod of another replicated job: an MPI launcher's pod appears only
-    after the node pods are ready, and until then there is no trainer pod. Pure."""
-    mine = [p for p in pod_list if p.replicated_job == replicated_job and not p.deleting]
-    return min(mine, key=lambda p: (p.job_index, p.completion_index, p.name), default=None)
+    """The trainer pod: the one pod at the trainer pod's place (trainer_pod_claims). None when there is none,
+    and when more than one claims it: dispatch does not guess which one runs the owner's commands. Pure."""
+    claims = trainer_pod_claims(pod_list, replicated_job)
+    return claims[0] if len(claims) == 1 else None
+
+
+def claims_problem(claims: Sequence[pods.PodInfo], session: Session) -> str | None:
+    """Why no pod is the session's trainer pod when more than one claims its place, else None. Pure."""
+    if len(claims) < 2:
+        return None
+    first = claims[0]
+    names = ", ".join(f"{p.name} (uid {p.uid})" for p in claims)
+    return (
+        f"{len(claims)} pods claim the trainer pod's place (replicated job {first.replicated_job!r}, job "
+        f"index {first.job_index}, completion index {first.completion_index}) in the owner chain of TrainJob "
+        f"{session.namespace}/{session.name}: {names}. The Job controller makes one pod per place; the "
+        f"others were made by someone who may create pods in namespace {session.namespace}, and dispatch "
+        "does not guess which one would run your commands"
+    )
 
 
 def _owners(obj: Mapping[str, Any], kind: str, name: str) -> frozenset[str]:
@@ -337,10 +370,19 @@ def creation_failure(
 
 
 def decide_start(
-    session: Session, pod: pods.PodInfo | None, *, expired: bool, failure: str | None = None
+    session: Session,
+    pod: pods.PodInfo | None,
+    *,
+    expired: bool,
+    failure: str | None = None,
+    claims: Sequence[pods.PodInfo] = (),
 ) -> StartDecision:
     """What the observed trainer pod (or, without one, a creation failure) means for a starting session.
-    Pure (reads the row, writes nothing)."""
+    More than one pod claiming the trainer pod's place (`claims`) fails it at once, naming them. Pure (reads
+    the row, writes nothing)."""
+    forged = claims_problem(claims, session)
+    if forged is not None:
+        return StartDecision(SessionState.FAILED, "", f"{forged}; {_delete_hint(session)}")
     if pod is not None and pod.phase == PHASE_RUNNING:
         return StartDecision(SessionState.RUNNING, pod.name, f"trainer pod {pod.name} is running", pod.uid)
     if pod is not None and pod.phase in FINISHED_PHASES:

@@ -56,6 +56,7 @@ from jobs.sessions.rules import (
     session_objects,
     session_runtime_check,
     session_spec,
+    trainer_pod_claims,
     trainer_pod_problem,
 )
 from runtimes.models import AllowListEntry, SiteSettings, runtime_ref
@@ -250,16 +251,17 @@ def session_observe(*, session_id: str) -> Session | None:
         return session
     expired = timezone.now() >= session.created_at + timedelta(seconds=session.timeout_seconds)
     try:
-        pod = pick_trainer_pod(_pods_of(session), session.trainer_replicated_job)
+        claims = trainer_pod_claims(_pods_of(session), session.trainer_replicated_job)
     except ClusterError as exc:
         # Nothing is decided on a read that failed, not even after the timeout: the next look (the watcher,
         # a waiting request or the sweep) decides on what the cluster shows.
         logger.warning("session %s: cannot read its pods: %s", session.id, exc)
         return session
+    pod = claims[0] if len(claims) == 1 else None
     failure = None
-    if pod is None and not expired:
+    if not claims and not expired:
         failure = _creation_failure(session)
-    decision = decide_start(session, pod, expired=expired, failure=failure)
+    decision = decide_start(session, pod, expired=expired, failure=failure, claims=claims)
     if decision.state == SessionState.STARTING:
         return session
     fields: dict[str, Any] = {"pod": decision.pod, "message": decision.message}
@@ -431,6 +433,7 @@ def pod_problem(session: Session) -> str | None:
         or pod.phase != "Running"
         or (session.pod_uid and pod.uid != session.pod_uid)
     ):
+        # More than one pod at the trainer pod's place: none is named a replacement (no guess).
         replacement = pick_trainer_pod(_pods_of(session), session.trainer_replicated_job)
     return trainer_pod_problem(session, pod, replacement)
 

@@ -50,3 +50,29 @@ def test_someone_elses_job_is_404(user_api: APIClient, make_user: Any) -> None:
     bob = make_user("bob", namespaces=("team-b",))[0]
     job = make_job(bob, namespace="team-b")
     assert user_api.get(f"/api/v1/jobs/{job.id}/logs").status_code == 404
+
+
+def _rank_pod(name: str, created: str, *, rjob: str = "node", restart: int = 0) -> Any:
+    from cluster.logs import PodInfo
+
+    return PodInfo(name, "ns", 1, restart, rjob, "Running", created, ("node",), uid=f"uid-{name}")
+
+
+def test_two_pods_at_one_ranks_place_answer_neither_unless_the_plan_lets_ranks_be_replaced() -> None:
+    """Pure (jobs.logtail.rank_pod): the newest pod of a rank used to answer, so a pod forged into the owner
+    chain after the real one was the rank's log. Two pods in one JobSet restart, replicated job and job index
+    claim the same place: neither is taken, both are named. A job whose plan warned that ranks restart
+    (allowRankRestart) has its replaced pods there by design: the newest answers, as before. Pods of another
+    JobSet restart or replicated job are other places."""
+    from jobs.logtail import rank_pod
+
+    real = _rank_pod("j-1-node-0-1-bcdfg", "2026-12-03T10:00:00Z")
+    forged = _rank_pod("j-1-node-0-1-zzzzz", "2026-12-03T10:00:05Z")
+    found = rank_pod([real, forged], rank=1, restart_attempt=None)
+    assert found.pod is None and found.claims == (real, forged)
+    assert rank_pod([real, forged], rank=1, restart_attempt=None, replaced=True).pod == forged
+    older = _rank_pod("j-1-node-0-1-older", "2026-12-03T09:00:00Z", restart=0)
+    newer = _rank_pod("j-1-node-0-1-newer", "2026-12-03T09:30:00Z", restart=1)
+    assert rank_pod([older, newer], rank=1, restart_attempt=None).pod == newer
+    launcher = _rank_pod("j-1-launcher-0-1-x", "2026-12-03T10:00:09Z", rjob="launcher")
+    assert rank_pod([real, launcher], rank=1, restart_attempt=None).pod == launcher

@@ -259,3 +259,90 @@ def test_a_rank_whose_pod_went_first_is_recorded_once_not_listed_on_every_delete
     assert execution.log_tail == {"rank": 1, "missing": "no pod of the rank was left to read"}
     response = _api(submitter[1]).get(f"/api/v1/jobs/{job_id}/logs?attempt=1&rank=1")
     assert response.status_code == 404  # nothing kept, no pod: the answer says so
+
+
+def test_a_pod_forged_into_the_owner_chain_is_never_the_ranks_log(
+    submitter: tuple[User, str], running_job: str, namespace: str, kube: Any
+) -> None:
+    """A pod with the rank's labels, its completion index and an ownerReference to the rank's real Job
+    (name and UID) is in the owner chain, so supervision records it (Execution.pods_seen) and reports the rank
+    ran twice; the newest pod of a rank used to answer, and to be the log kept when the failed attempt is
+    deleted. The admission guard refuses such a pod from a namespace member (tests/deploy/
+    test_guard_doors.py); here the plane's admin, whom the guard exempts, makes it, so this is dispatch's own
+    defence without the guard: two recorded pods claim the rank, and neither is shown or kept as its log."""
+    from django.test import TestCase
+
+    from jobs.logtail import execution_log_keep
+
+    [real] = [
+        p
+        for p in kube.core.list_namespaced_pod(
+            namespace, label_selector=f"dispatch.dev/job={running_job}"
+        ).items
+        if p.metadata.labels["batch.kubernetes.io/job-completion-index"] == "1"
+    ]
+    owner = real.metadata.owner_references[0]
+    copied = {
+        k: v for k, v in real.metadata.labels.items() if "controller-uid" not in k and "job-name" not in k
+    }
+    wait_for(
+        lambda: datetime.now(UTC) - real.metadata.creation_timestamp > timedelta(seconds=1.5),
+        what="a second past the rank pod's creation",
+    )
+    forged = f"{running_job}-1-node-0-1-zzzzz"
+    made = kube.core.create_namespaced_pod(
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": forged,
+                "labels": copied,
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": owner.name,
+                        "uid": owner.uid,
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "node",
+                        "image": "localhost/forger:v1",
+                        "env": [{"name": "KWOK_STAY_RUNNING", "value": "1"}],
+                    }
+                ],
+            },
+        },
+    )
+    wait_for(
+        lambda: kube.core.read_namespaced_pod(forged, namespace).status.phase == "Running",
+        what="the forged pod running",
+    )
+
+    def recorded() -> bool:
+        with TestCase.captureOnCommitCallbacks(execute=False):  # the attempt's delete is held
+            cycle.supervise()
+        return made.metadata.uid in Execution.objects.get(job_id=running_job, attempt=1).pods_seen
+
+    wait_for(recorded, timeout=60, what="supervision recording the forged pod in the chain")
+    response = _api(submitter[1]).get(f"/api/v1/jobs/{running_job}/logs?attempt=1&rank=1&tail=50")
+    assert response.status_code == 404, (response.status_code, response.get("X-Dispatch-Pod"))
+    data = response.json()
+    assert data["pods"] == [real.metadata.name, forged]
+    assert f"2 pods claim rank 1 of attempt 1 of job {running_job}" in data["detail"]
+    assert "does not guess" in data["detail"]
+    # Rank 0 has one recorded pod: it still answers.
+    assert _api(submitter[1]).get(f"/api/v1/jobs/{running_job}/logs?attempt=1&rank=0").status_code == 200
+
+    job = Job.objects.get(pk=running_job)
+    execution = Execution.objects.get(job_id=running_job, attempt=1)
+    execution.rank = 1  # the failing rank (supervision names the rank that ran twice)
+    assert execution_log_keep(job=job, execution=execution) is False
+    kept = Execution.objects.get(pk=execution.pk).log_tail
+    assert "pod" not in kept and "text" not in kept, kept
+    assert "2 pods claim rank 1" in kept["missing"] and forged in kept["missing"]

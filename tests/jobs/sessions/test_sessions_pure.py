@@ -15,18 +15,20 @@ from kubernetes.client.exceptions import ApiException
 from cluster.errors import ClusterUnavailable, NotFound, Rejected
 from cluster.exec import PodInfo, parse_exec_status, translate_handshake
 from cluster.logs import EventRow
-from jobs.models import Session
+from jobs.models import Session, SessionState
 from jobs.sessions.rules import (
     Chain,
     SessionRequest,
     chained_pods,
     command_argv,
     creation_failure,
+    decide_start,
     leftover_pods,
     pick_trainer_pod,
     session_objects,
     session_runtime_check,
     session_spec,
+    trainer_pod_claims,
 )
 from jobs.spec import RuntimeRef
 from runtimes.reasons import AllowListMiss
@@ -119,6 +121,25 @@ def test_the_trainer_pod_is_the_first_index_and_not_one_being_deleted() -> None:
     first = _pod("s-node-0-0", "node")
     assert pick_trainer_pod([second, first], "node") == first
     assert pick_trainer_pod([second, _pod("s-node-0-0", "node", deleting=True)], "node") == second
+
+
+def test_two_pods_at_the_trainer_pods_place_are_neither_taken_and_the_session_says_so() -> None:
+    """A pod forged into the owner chain (labels, index and the Job's ownerReference copied) under a name
+    that sorts first used to be the trainer pod; now neither is, and a starting session fails naming both."""
+    real = _pod("s-node-0-0-bcdfg", "node")
+    forged = _pod("s-a", "node")
+    assert pick_trainer_pod([real, forged], "node") is None
+    claims = trainer_pod_claims([real, forged], "node")
+    assert [p.name for p in claims] == ["s-a", "s-node-0-0-bcdfg"]
+    session = Session(id="s", name="s", namespace="ns", timeout_seconds=60)
+    decision = decide_start(session, None, expired=False, claims=claims)
+    assert decision.state == SessionState.FAILED and decision.pod == ""
+    assert decision.message.startswith(
+        "2 pods claim the trainer pod's place (replicated job 'node', job index 0, completion index 0) in the "
+        "owner chain of TrainJob ns/s: s-a (uid ), s-node-0-0-bcdfg (uid )."
+    )
+    # A negative index is no place a Job gives: it never comes before index 0.
+    assert pick_trainer_pod([real, _pod("s-0", "node", index=-1)], "node") == real
 
 
 def _obj(uid: str, *owners: tuple[str, str, str]) -> dict[str, Any]:

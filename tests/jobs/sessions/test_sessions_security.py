@@ -407,3 +407,78 @@ def test_a_withdrawn_grant_or_allow_list_entry_ends_the_shell(
     assert response.status_code == 403, response.content  # before: 200
     assert "no longer granted" in response.json()["detail"]
     _close(api, session["id"])
+
+
+# ---------------------------------------------------------------- a forged pod in the owner chain (issue 31)
+
+
+def test_a_pod_forged_into_the_owner_chain_is_never_the_trainer_pod(
+    kube: Any, namespace: str, api: APIClient
+) -> None:
+    """Somebody who may create pods in the namespace copies the trainer pod's labels, its completion index
+    and an ownerReference to the session's real Job (name and UID), under a name that sorts first: the pod is
+    in the owner chain, and the trainer pod used to be the smallest name there, so the owner's commands would
+    have run in the forger's image. The admission guard refuses such a pod from a namespace member
+    (tests/deploy/test_guard_doors.py); here it is made by the plane's admin, whom the guard exempts, so what
+    is shown is dispatch's own defence without the guard: two pods claim the trainer pod's place, dispatch
+    takes neither and fails the session at once, naming both."""
+    runtime = plain_runtime(kube, namespace)
+    opened = api.post(
+        "/api/v1/sessions", open_body(namespace, runtime, name="forged", num_nodes=1), format="json"
+    )
+    assert opened.status_code == 202, opened.content
+    session = opened.json()
+    real = wait_for(
+        lambda: next(iter(pods_of(kube, namespace, "forged")), None), what="the Job's trainer pod"
+    )
+    job = kube.batch.read_namespaced_job(real.metadata.owner_references[0].name, namespace)
+    # The labels and index, not the Job's own selector (controller-uid): the Job controller would adopt the
+    # pod and delete it as an extra one, which a forger avoids.
+    copied = {
+        k: v for k, v in real.metadata.labels.items() if "controller-uid" not in k and "job-name" not in k
+    }
+    kube.core.create_namespaced_pod(
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "forged-a",  # sorts before forged-node-0-0-<suffix>
+                "labels": copied,
+                "annotations": {"batch.kubernetes.io/job-completion-index": "0"},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": job.metadata.name,
+                        "uid": job.metadata.uid,
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "node",
+                        "image": "localhost/forger:v1",
+                        "env": [{"name": "KWOK_STAY_RUNNING", "value": "1"}],
+                    }
+                ]
+            },
+        },
+    )
+    wait_for(
+        lambda: all(
+            kube.core.read_namespaced_pod(n, namespace).status.phase == "Running"
+            for n in ("forged-a", real.metadata.name)
+        ),
+        what="the forged pod and the real trainer pod running",
+    )
+    services.session_observe(session_id=session["id"])  # the watcher's look
+    row = Session.objects.get(pk=session["id"])
+    assert row.state == SessionState.FAILED, (row.state, row.pod, row.message)
+    assert row.pod == "" and row.pod_uid == ""
+    assert "2 pods claim the trainer pod's place" in row.message
+    assert "forged-a" in row.message and real.metadata.name in row.message
+    assert "does not guess" in row.message
+    assert api.delete(f"/api/v1/sessions/{session['id']}?wait=60").json()["state"] == "closed"
