@@ -1,6 +1,10 @@
 """Is dispatch's admission guard in the cluster: each ValidatingAdmissionPolicy of deploy/guard present, bound
 (a binding that denies), and which managed namespaces (labelled dispatch.dev/managed=true) it covers.
 
+The namespaces looked at are the ones dispatch submits to (every namespace granted to a user or group), each
+read by name: dispatch's ServiceAccount may get a namespace, never list them. A granted namespace without the
+managed label is a warning too: the guard does not hold where it is not asked to.
+
 The guard is what keeps a namespace member from forging a rank, a Job or a controller's Event
 (docs/security.md); a cluster without it is a visible warning (`manage.py check_cluster`, the overview's
 cluster box, /readyz for the platform role), never a silent gap. Three list calls read what is there;
@@ -17,10 +21,11 @@ from typing import Any, Final
 
 from kubernetes import client
 
-from cluster.calls import core
+from cluster.calls import call_api, core, target
 from cluster.client import api_client
-from cluster.errors import ClusterError
+from cluster.errors import ClusterError, NotFound
 from cluster.reads import raw_list
+from dispatch_site.roles import namespaces_granted_to_anyone
 
 MANAGED_LABEL: Final = "dispatch.dev/managed"
 MANAGED_SELECTOR: Final = f"{MANAGED_LABEL}=true"
@@ -109,7 +114,8 @@ class DoorState:
 @dataclass(frozen=True)
 class GuardReport:
     doors: tuple[DoorState, ...]
-    managed: tuple[str, ...]  # the namespaces labelled dispatch.dev/managed=true
+    managed: tuple[str, ...]  # the namespaces looked at that are labelled dispatch.dev/managed=true
+    unmanaged: tuple[str, ...] = ()  # the namespaces looked at that are not
     warnings: tuple[str, ...] = field(default=())
 
     @property
@@ -120,6 +126,7 @@ class GuardReport:
         return {
             "ok": self.ok,
             "managed_namespaces": list(self.managed),
+            "unmanaged_namespaces": list(self.unmanaged),
             "warnings": list(self.warnings),
             "policies": [
                 {
@@ -177,16 +184,16 @@ def guard_report(
     namespaces: Sequence[Mapping[str, Any]],
     doors: Sequence[Door] = DOORS,
 ) -> GuardReport:
-    """Each door's policy and binding as the cluster holds them, and the managed namespaces each covers
-    (the binding's matchResources and the policy's matchConstraints namespace selectors, both). Pure."""
+    """Each door's policy and binding as the cluster holds them, and which of the managed namespaces among
+    `namespaces` each covers (the binding's matchResources and the policy's matchConstraints namespace
+    selectors, both). A namespace among them without the managed label is named: the guard holds nowhere it
+    is not asked to. Pure."""
     by_policy = {_name(p): p for p in policies}
     by_binding = {_name(b): b for b in bindings}
-    managed = {
-        _name(n): dict((n.get("metadata") or {}).get("labels") or {})
-        for n in namespaces
-        if ((n.get("metadata") or {}).get("labels") or {}).get(MANAGED_LABEL) == "true"
-    }
+    labels_of = {_name(n): dict((n.get("metadata") or {}).get("labels") or {}) for n in namespaces}
+    managed = {name: labels for name, labels in labels_of.items() if labels.get(MANAGED_LABEL) == "true"}
     names = tuple(sorted(managed))
+    unmanaged = tuple(sorted(set(labels_of) - set(managed)))
     states = []
     for door in doors:
         policy = by_policy.get(door.policy)
@@ -204,16 +211,23 @@ def guard_report(
         uncovered = tuple(ns for ns in names if ns not in covered) if policy and bound else ()
         states.append(DoorState(door, policy is not None, bound, bool(denies), covered, uncovered))
     warnings = [s.problem for s in states if s.problem]
-    if not names:
+    if unmanaged:
         warnings.append(
-            f"no namespace is labelled {MANAGED_SELECTOR}: the guard holds nowhere; label each namespace "
-            "dispatch submits to"
+            f"namespace(s) {', '.join(unmanaged)} are granted in dispatch but not labelled "
+            f"{MANAGED_SELECTOR}: there the guard does not hold; label them"
         )
-    return GuardReport(tuple(states), names, tuple(warnings))
+    if not labels_of:
+        warnings.append(
+            'no namespace is granted in dispatch (or only "*", which names none): the guard\'s coverage is '
+            "not known; grant the namespaces dispatch submits to"
+        )
+    return GuardReport(tuple(states), names, unmanaged, tuple(warnings))
 
 
-def read_guard() -> GuardReport:
-    """The guard as the cluster holds it now (ClusterError when it cannot be read)."""
+def read_guard(namespaces: Sequence[str] | None = None) -> GuardReport:
+    """The guard as the cluster holds it now, over `namespaces` (default: every namespace granted in
+    dispatch), each read by name; one that does not exist is left out. ClusterError when it cannot be
+    read."""
     admission = client.AdmissionregistrationV1Api(api_client())
     policies = raw_list(
         "ValidatingAdmissionPolicies",
@@ -225,13 +239,14 @@ def read_guard() -> GuardReport:
         "ValidatingAdmissionPolicyBinding",
         admission.list_validating_admission_policy_binding,
     )
-    namespaces = raw_list(
-        f"Namespaces ({MANAGED_SELECTOR})",
-        "Namespace",
-        core().list_namespace,
-        label_selector=MANAGED_SELECTOR,
-    )
-    return guard_report(policies=policies, bindings=bindings, namespaces=namespaces)
+    found = []
+    for name in namespaces_granted_to_anyone() if namespaces is None else namespaces:
+        try:
+            namespace = call_api(target("Namespace", None, name), core().read_namespace, name)
+        except NotFound:
+            continue
+        found.append({"metadata": {"name": name, "labels": dict(namespace.metadata.labels or {})}})
+    return guard_report(policies=policies, bindings=bindings, namespaces=found)
 
 
 # The overview's cluster box is polled by every open page: its answer is reused this long.
@@ -253,6 +268,11 @@ def check_guard(max_age: float = 0.0) -> dict[str, Any]:
         answer = read_guard().as_dict()
     except ClusterError as exc:
         answer = {"ok": False, "error": f"the admission guard could not be read: {exc}"}
+    except Exception as exc:  # the grants could not be read (the database): a check never raises
+        answer = {
+            "ok": False,
+            "error": f"the admission guard could not be checked: {type(exc).__name__}: {exc}",
+        }
     with _cache_lock:
         _cache["guard"] = (now, answer)
     return answer

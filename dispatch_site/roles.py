@@ -65,6 +65,14 @@ def granted_namespaces(user: AnyUser) -> set[str]:
 
 
 @cache
+def namespaces_granted_to_anyone() -> list[str]:
+    """Every namespace some user or group may submit to, by name ("*" left out: it names none), sorted."""
+    from dispatch_site.models import NamespaceGrant
+
+    names = NamespaceGrant.objects.exclude(namespace=ALL_NAMESPACES).values_list("namespace", flat=True)
+    return sorted(set(names))
+
+
 def _grant_sql() -> str:
     from dispatch_site.models import NamespaceGrant
 

@@ -76,11 +76,14 @@ def test_a_binding_that_only_warns_or_selects_other_namespaces_is_named() -> Non
     report = guard_report(policies=policies, bindings=narrowed, namespaces=managed)
     assert [s.door.policy for s in report.doors if not s.ok] == [MISSING]
     assert "does not cover the managed namespace(s) team-a" in report.warnings[0]
-    nothing = guard_report(policies=policies, bindings=bindings, namespaces=[_namespace("team-a")])
-    assert nothing.warnings == (
-        "no namespace is labelled dispatch.dev/managed=true: the guard holds nowhere; label each namespace "
-        "dispatch submits to",
+    unlabelled = guard_report(
+        policies=policies, bindings=bindings, namespaces=[*managed, _namespace("team-b")]
     )
+    assert unlabelled.warnings == (
+        "namespace(s) team-b are granted in dispatch but not labelled dispatch.dev/managed=true: there the "
+        "guard does not hold; label them",
+    )
+    assert all(s.covered == ("team-a",) for s in unlabelled.doors)
 
 
 # ---------------------------------------------------------------- on the real plane
@@ -98,7 +101,8 @@ def _check_cluster() -> tuple[int, str, str]:
 
 
 @pytest.fixture
-def managed(kube: Any, namespace: str, dispatch_on_cluster: str) -> str:
+def managed(kube: Any, namespace: str, submitter: Any) -> str:
+    """The test's namespace, granted in dispatch (to the submitter) and labelled managed."""
     label_managed(kube, namespace)
     forget_cached_guard()
     return namespace
@@ -121,7 +125,7 @@ def test_check_cluster_finds_every_policy_bound_and_covering_the_managed_namespa
     code, out, err = _check_cluster()
     assert code == 0, (out, err)
     lines = out.splitlines()
-    assert managed in lines[0] and "default" in lines[0]  # the plane labels `default` managed too
+    assert lines[0] == f"managed namespaces: {managed}"
     for door in DOORS:
         [line] = [line for line in lines if door.policy in line]
         assert line.startswith("ok ") and managed in line, line

@@ -1,5 +1,6 @@
 """`manage.py check_cluster`: is dispatch's admission guard in the cluster (cluster.guard)? For each policy of
-deploy/guard: present, bound, and which managed namespaces (dispatch.dev/managed=true) it covers. A missing
+deploy/guard: present, bound, and which managed namespaces (dispatch.dev/managed=true) among those granted in
+dispatch it covers; a granted namespace without the label is named too. A missing
 guard is a warning on stderr and exit 1; a cluster that cannot be read, exit 2."""
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from cluster.guard import read_guard
 class Command(BaseCommand):
     help = (
         "Check that each admission guard policy (deploy/guard) is installed, bound, and covers every "
-        "namespace labelled dispatch.dev/managed=true; exit 1 when one is missing, 2 when the cluster "
-        "cannot be read."
+        "namespace dispatch is granted (each labelled dispatch.dev/managed=true); exit 1 when one is "
+        "missing, 2 when the cluster cannot be read."
     )
     requires_system_checks: list[str] = []
 
@@ -33,6 +34,8 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(report.as_dict(), indent=2))
         else:
             self.stdout.write(f"managed namespaces: {', '.join(report.managed) or 'none'}")
+            if report.unmanaged:
+                self.stdout.write(f"granted but not managed: {', '.join(report.unmanaged)}")
             for state in report.doors:
                 door = state.door
                 if state.ok:

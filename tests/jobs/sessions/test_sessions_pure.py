@@ -135,8 +135,8 @@ def test_two_pods_at_the_trainer_pods_place_are_neither_taken_and_the_session_sa
     decision = decide_start(session, None, expired=False, claims=claims)
     assert decision.state == SessionState.FAILED and decision.pod == ""
     assert decision.message.startswith(
-        "2 pods claim the trainer pod's place (replicated job 'node', job index 0, completion index 0) in the "
-        "owner chain of TrainJob ns/s: s-a (uid ), s-node-0-0-bcdfg (uid )."
+        "2 pods claim the trainer pod's place (replicated job 'node', job index 0, completion index 0) in "
+        "the owner chain of TrainJob ns/s: s-a (uid ), s-node-0-0-bcdfg (uid )."
     )
     # A negative index is no place a Job gives: it never comes before index 0.
     assert pick_trainer_pod([real, _pod("s-0", "node", index=-1)], "node") == real
