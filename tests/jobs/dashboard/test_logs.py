@@ -19,6 +19,13 @@ from tests.support.dispatch import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db]
 
+# The Job's own selector labels (controller-uid) and its name labels: a forger leaves them out, or the Job
+# controller would adopt the pod and delete it as an extra one. (Exact keys: `jobset.sigs.k8s.io/
+# replicatedjob-name`, which the copy keeps, contains "job-name".)
+JOB_SELECTOR_LABELS = frozenset(
+    {"batch.kubernetes.io/controller-uid", "controller-uid", "batch.kubernetes.io/job-name", "job-name"}
+)
+
 KWOK_LOG = "kwok: simulated container log (dispatch local cluster)"
 
 
@@ -282,9 +289,7 @@ def test_a_pod_forged_into_the_owner_chain_is_never_the_ranks_log(
         if p.metadata.labels["batch.kubernetes.io/job-completion-index"] == "1"
     ]
     owner = real.metadata.owner_references[0]
-    copied = {
-        k: v for k, v in real.metadata.labels.items() if "controller-uid" not in k and "job-name" not in k
-    }
+    copied = {k: v for k, v in real.metadata.labels.items() if k not in JOB_SELECTOR_LABELS}
     wait_for(
         lambda: datetime.now(UTC) - real.metadata.creation_timestamp > timedelta(seconds=1.5),
         what="a second past the rank pod's creation",

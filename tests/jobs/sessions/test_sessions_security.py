@@ -44,6 +44,13 @@ from tests.support.dispatch import runtime_body, trainer_job, wait_for
 
 pytestmark = pytest.mark.cluster
 
+# The Job's own selector labels (controller-uid) and its name labels: a forger leaves them out, or the Job
+# controller would adopt the pod and delete it as an extra one. (Exact keys: `jobset.sigs.k8s.io/
+# replicatedjob-name`, which the copy keeps, contains "job-name".)
+JOB_SELECTOR_LABELS = frozenset(
+    {"batch.kubernetes.io/controller-uid", "controller-uid", "batch.kubernetes.io/job-name", "job-name"}
+)
+
 
 @pytest.fixture
 def api(submitter: tuple[User, str]) -> APIClient:
@@ -432,11 +439,7 @@ def test_a_pod_forged_into_the_owner_chain_is_never_the_trainer_pod(
         lambda: next(iter(pods_of(kube, namespace, "forged")), None), what="the Job's trainer pod"
     )
     job = kube.batch.read_namespaced_job(real.metadata.owner_references[0].name, namespace)
-    # The labels and index, not the Job's own selector (controller-uid): the Job controller would adopt the
-    # pod and delete it as an extra one, which a forger avoids.
-    copied = {
-        k: v for k, v in real.metadata.labels.items() if "controller-uid" not in k and "job-name" not in k
-    }
+    copied = {k: v for k, v in real.metadata.labels.items() if k not in JOB_SELECTOR_LABELS}
     kube.core.create_namespaced_pod(
         namespace,
         {
