@@ -64,7 +64,6 @@ def granted_namespaces(user: AnyUser) -> set[str]:
     return set(grants.values_list("namespace", flat=True))
 
 
-@cache
 def namespaces_granted_to_anyone() -> list[str]:
     """Every namespace some user or group may submit to, by name ("*" left out: it names none), sorted."""
     from dispatch_site.models import NamespaceGrant
@@ -73,6 +72,7 @@ def namespaces_granted_to_anyone() -> list[str]:
     return sorted(set(names))
 
 
+@cache
 def _grant_sql() -> str:
     from dispatch_site.models import NamespaceGrant
 

@@ -139,7 +139,7 @@ def test_a_deleted_binding_is_named_by_check_cluster_readyz_and_the_overview(
     assert code == 1, (out, err)
     assert f"MISSING  {MISSING} (binding {MISSING}): binding {MISSING} is missing" in out
     assert f"warning: binding {MISSING} is missing: policy {MISSING} is installed but holds nowhere" in err
-    assert "the admission guard is incomplete (1 warning(s))" in err
+    assert "the admission guard is incomplete (1 warning(s))" in err, err
     others = [line for line in out.splitlines() if line.startswith("ok ")]
     assert len(others) == len(DOORS) - 1
 
