@@ -169,3 +169,14 @@ def _cluster_box(page: Client) -> str:
     from django.urls import reverse
 
     return page.get(reverse("dashboard:home-cluster"), HTTP_HX_REQUEST="true").content.decode()
+
+
+@cluster
+def test_dispatchs_serviceaccount_may_read_the_guard_and_nothing_more_is_needed(
+    managed: str, on_serviceaccount: Any
+) -> None:
+    """The check runs as dispatch runs (deploy/rbac: the policies and bindings listed, each granted namespace
+    read by name, never the namespace list)."""
+    code, out, err = _check_cluster()
+    assert code == 0, (out, err)
+    assert out.splitlines()[0] == f"managed namespaces: {managed}"
