@@ -253,3 +253,34 @@ def migrated_django() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+
+
+# ------------------------------------------------------------ what the figures were measured on (issue 34)
+
+DURABILITY_SETTINGS = ("fsync", "synchronous_commit", "full_page_writes")
+
+
+def postgres_durability(database_url: str) -> dict[str, str]:
+    """fsync, synchronous_commit and full_page_writes as the server at `database_url` reports them (SHOW)."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
+        return {
+            name: str((conn.execute(f"SHOW {name}").fetchone() or ("?",))[0]) for name in DURABILITY_SETTINGS
+        }
+
+
+def etcd_unsafe_no_fsync(kubeconfig: str) -> bool | None:
+    """Whether the plane's running etcd was started with --unsafe-no-fsync: its pid from scripts/cluster's
+    pid file (<state>/pids/etcd.pid, the state directory holding admin.kubeconfig), its command line from
+    /proc. None when not known (a plane whose processes are not recorded beside the kubeconfig, or etcd not
+    running)."""
+    pid_file = Path(kubeconfig).resolve().parent / "pids" / "etcd.pid"
+    try:
+        pid = int(pid_file.read_text().strip())
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    if not argv or b"etcd" not in Path(argv[0].decode(errors="replace")).name.encode():
+        return None  # not running, or the pid now names another process
+    return b"--unsafe-no-fsync" in argv
