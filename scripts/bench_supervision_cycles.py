@@ -3,6 +3,7 @@ executions) and the beat's cycle alone (see scripts/bench_supervision.py)."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -138,9 +139,31 @@ def derivation_scaling() -> dict[str, float]:
 # ---------------------------------------------------------------- the beat's cycle alone
 
 
-def beat_latency(kubeconfig: str, owner: Any) -> dict[str, Any]:
+BEAT_ROUNDS = int(os.environ.get("BENCH_BEAT_ROUNDS", "3"))
+
+
+def beat_latency(kubeconfig: str, owner: Any, rounds: int = BEAT_ROUNDS) -> dict[str, Any]:
+    """The beat's latency, judged on the median of `rounds` rounds (issue 34: never one lucky or unlucky
+    failure); a round whose job never changed state counts as infinitely late."""
+    interval = 2.0
+    return beat_summary([_beat_round(kubeconfig, owner, interval) for _ in range(rounds)], interval)
+
+
+def beat_summary(latencies: list[float], interval: float) -> dict[str, Any]:
+    """The beat's figure from its rounds' latencies: their median (NaN, a round whose job never changed state,
+    counts as infinitely late); the target is the interval + 1 s."""
+    latencies = [x if x == x else float("inf") for x in latencies]
+    return {
+        "interval": interval,
+        "latency_s": statistics.median(latencies),
+        "rounds": latencies,
+        "target_s": interval + 1.0,
+    }
+
+
+def _beat_round(kubeconfig: str, owner: Any, interval: float) -> float:
     """Seconds from a pod turning Failed (seen by our own watch) to the job's state change in the database,
-    with the beat's periodic cycle alone (plain list reads every 2 s)."""
+    with the beat's periodic cycle alone (plain list reads every `interval` s); NaN when either never came."""
     from django.db import connection, transaction
     from kubernetes import client, watch
 
@@ -153,7 +176,6 @@ def beat_latency(kubeconfig: str, owner: Any) -> dict[str, Any]:
     core: Any = client.CoreV1Api(api_client)
     namespace = f"bench-latency-{uuid.uuid4().hex[:6]}"
     ensure_namespace(api_client, namespace)
-    interval = 2.0
     try:
         spec = JobSpec(
             runtime=RuntimeRef(kind="ClusterTrainingRuntime", name="dispatch-kind", namespace=None),
@@ -206,8 +228,7 @@ def beat_latency(kubeconfig: str, owner: Any) -> dict[str, Any]:
             time.sleep(0.02)
         stop.set()
         thread.join(timeout=30)
-        latency = (changed_at - failed_at) if failed_at and changed_at else float("nan")
-        return {"interval": interval, "latency_s": latency, "target_s": interval + 1.0}
+        return (changed_at - failed_at) if failed_at and changed_at else float("nan")
     finally:
         Job.objects.filter(namespace=namespace).delete()
         core.delete_namespace(namespace, propagation_policy="Background")
