@@ -70,6 +70,11 @@ DOORS: Final[tuple[Door, ...]] = (
         "an Event in a system controller's name is written only by that controller",
     ),
     Door(
+        "dispatch-ended-attempts-stay-ended",
+        "dispatch-ended-attempts-stay-ended",
+        "no pod of an attempt dispatch ended (fenced) is created again",
+    ),
+    Door(
         "dispatch-kueue-admits-an-attempt-once",
         "dispatch-kueue-admits-an-attempt-once",
         "Kueue does not admit an evicted attempt's Workload again",

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from cluster import gateway, kueue
 from cluster.errors import ClusterError, Conflict, Rejected
+from cluster.fence import fence_best_effort
 from dispatch_site.audit import audit_record
 from dispatch_site.causes import Cause
 from jobs import enqueue
@@ -29,7 +30,8 @@ logger = logging.getLogger(__name__)
 
 
 def execution_objects_delete(job: Job, execution: Execution, *, retry_transient: bool = False) -> bool:
-    """Delete the TrainJob; the garbage collector then deletes its JobSet and the runtime copy it owns.
+    """Fence the attempt (cluster/fence.py: the admission guard refuses any pod of it from now on), then
+    delete the TrainJob; the garbage collector then deletes its JobSet and the runtime copy it owns.
     A copy without that owner (the TrainJob was never created, or we stopped before the ownerReference), or
     one left after its TrainJob is gone, is deleted here. Only what dispatch made for this job is touched
     (jobs.objects.is_ours, in the domain stored with the job): a name that collided with somebody else's
@@ -53,6 +55,9 @@ def execution_objects_delete(job: Job, execution: Execution, *, retry_transient:
     made = fresh.trainjob_uid  # "" when no start recorded one (yet)
     stop = _StopClock(execution_id=fresh.pk, accepted_at=fresh.stop_accepted_at)
     try:
+        # Fenced first: once the cascade starts, a controller acting on a stale cache could make the
+        # attempt's pods again (cluster/fence.py); the guard refuses them from here on.
+        fence_best_effort(job.namespace, name)
         left = _delete_pass(job, name, unannotated_ok, stop, made)
         for wait in GONE_WAITS:  # a deleted TrainJob goes at once; the garbage collector takes its copy
             if not left:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from contextlib import suppress
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -14,6 +15,7 @@ from django.utils import timezone
 
 from cluster import gateway
 from cluster.errors import ClusterError, NotFound, Rejected
+from cluster.fence import fence_best_effort
 from dispatch_site import sql
 from dispatch_site.audit import audit_record
 from dispatch_site.causes import Cause
@@ -260,6 +262,8 @@ def _claim_lost(execution_id: int, holder: str, token: int, made: list[dict[str,
         return
     live = execution.state in (JobState.PENDING, JobState.QUEUED, JobState.RUNNING, JobState.UNKNOWN)
     if made and not live:
+        with suppress(ClusterError):  # best effort, as the deletes below
+            fence_best_effort(job.namespace, execution.trainjob_name)
         for obj in made:
             meta = obj["metadata"]
             try:

@@ -85,8 +85,8 @@ def test_the_overlay_points_the_guard_and_the_bindings_at_dispatchs_namespace(
     example_manifests: list[dict[str, Any]],
 ) -> None:
     policies = select(example_manifests, "ValidatingAdmissionPolicy")
-    # The Kueue policy (deploy/guard/kueue.yaml) and the doors (deploy/guard/doors.yaml) name no
-    # ServiceAccount of dispatch: they hold for every writer.
+    # The Kueue policy (deploy/guard/kueue.yaml), the doors (deploy/guard/doors.yaml) and the fence
+    # (deploy/guard/fence.yaml) name no ServiceAccount of dispatch: they hold for every writer.
     anyone = [
         p
         for p in policies
@@ -96,9 +96,10 @@ def test_the_overlay_points_the_guard_and_the_bindings_at_dispatchs_namespace(
             "dispatch-pods-from-the-job-controller",
             "dispatch-jobsets-and-jobs-from-their-controllers",
             "dispatch-evidence-from-its-reporter",
+            "dispatch-ended-attempts-stay-ended",
         }
     ]
-    assert len(anyone) == 4 and all(v["name"] != "dispatch" for p in anyone for v in p["spec"]["variables"])
+    assert len(anyone) == 5 and all(v["name"] != "dispatch" for p in anyone for v in p["spec"]["variables"])
     for policy in policies:
         assert "namespace" not in policy["metadata"]
         if policy in anyone:
