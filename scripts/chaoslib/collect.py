@@ -41,6 +41,7 @@ class Findings:
     lost: list[str]
     stuck: list[str]
     deadlocks: int
+    fence_refusals: list[str]  # "<Job>: <message>" for each pod of an ended attempt the guard's fence refused
 
 
 def collect(ctx: Context, accepted: dict[str, dict[str, Any]], faults_over: float) -> Findings:
@@ -70,7 +71,10 @@ def collect(ctx: Context, accepted: dict[str, dict[str, Any]], faults_over: floa
     trainjobs: list[dict[str, Any]] = kube.custom.list_namespaced_custom_object(
         "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs"
     )["items"]
-    results, mismatches = judge_jobs(accepted, run.hits, seen, pods, trainjobs_by_job(trainjobs))
+    outage = any(f["fault"] == "kill-apiserver" for f in run.faults)
+    results, mismatches = judge_jobs(
+        accepted, run.hits, seen, pods, trainjobs_by_job(trainjobs), plane_outage=outage
+    )
     running_after_end = {
         j: [f"{p['name']} ({p['phase']})" for p in pods.get(j, []) if p["phase"] in ("Pending", "Running")]
         for j in accepted
@@ -99,6 +103,7 @@ def collect(ctx: Context, accepted: dict[str, dict[str, Any]], faults_over: floa
     pg_log = ctx.pg.log
     deadlocks = pg_log.read_text(errors="replace").count("deadlock detected") if pg_log.exists() else 0
     return Findings(
+        fence_refusals=fence_refusals(kube, namespace),
         accepted=accepted,
         settled=settled,
         seen=seen,
@@ -114,6 +119,27 @@ def collect(ctx: Context, accepted: dict[str, dict[str, Any]], faults_over: floa
         stuck=stuck,
         deadlocks=deadlocks,
     )
+
+
+FENCED: Final = "fenced by dispatch"  # deploy/guard/fence.yaml's refusal message
+
+
+def fence_refusals(kube: Kube, namespace: str) -> list[str]:
+    """The pods of ended attempts the admission guard's fence refused (deploy/guard/fence.yaml), from the Job
+    controller's FailedCreate Events: a controller acting on a stale cache tried to run an ended attempt's
+    ranks again. Not a figure (nothing dispatch controls makes a controller stale); it says when the fence
+    held a violation off."""
+    try:
+        events = kube.core.list_namespaced_event(
+            namespace, field_selector="reason=FailedCreate", _request_timeout=30
+        ).items
+    except Exception as exc:  # a reading for the report, never a reason to lose the run's figures
+        return [f"(could not list Events: {exc})"]
+    return [
+        f"Job {e.involved_object.name} x{e.count or 1}: {e.message}"
+        for e in events
+        if FENCED in (e.message or "")
+    ]
 
 
 def observer_coverage(

@@ -15,6 +15,7 @@ from scripts.chaoslib.plan import FaultPlan
 from scripts.chaoslib.plane import flag, http_ok, readyz, snapshot, tcp_refused
 
 RESTART_WITHIN = 180.0  # seconds a component may take to serve again
+PROXY_WITHIN = 30.0  # seconds dispatch's proxy may take to answer once the API server is ready again
 
 
 def fault_kill_apiserver(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
@@ -31,7 +32,12 @@ def fault_kill_apiserver(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any
     while not (ready := readyz(ctx.args.kubeconfig)) and time.monotonic() < deadline:
         time.sleep(0.5)
     back_at = ctx.run.t()
-    through_proxy, _ = proxy_answers(ctx)  # what dispatch sees
+    # What dispatch sees: the proxy's first request after the restart may meet a connection the dead server
+    # left behind (seen under load: ready after 18 s, the first /version through the proxy failed), so the
+    # check asks again for a while; a proxy that never answers still fails it.
+    proxy_deadline = time.monotonic() + PROXY_WITHIN
+    while not (through_proxy := proxy_answers(ctx)[0]) and time.monotonic() < proxy_deadline:
+        time.sleep(1.0)
     verified = before and refused and witness_served and ready and through_proxy and new != ran.pid
     return {
         "verified": verified,

@@ -57,6 +57,7 @@ def expected_outcomes(
     hits: Iterable[Hit],
     cancel: str | None,
     cancel_at: float | None = None,
+    plane_outage: bool = False,
 ) -> list[dict[str, Any]]:
     """What the job's plan meant, as alternatives (any one matching is a match). Pure.
 
@@ -64,7 +65,12 @@ def expected_outcomes(
     answer we could read: the cancel may or may not have landed). A hit's `at` is when the disruption took
     effect (the pod gone). A cancel accepted at `cancel_at` ends the job `cancelled`; the hits that took
     effect SEEN_WITHIN before it must show on their attempts, and one the policy does not retry should have
-    ended the job first (then the cancel should have been refused)."""
+    ended the job first (then the cancel should have been refused).
+
+    `plane_outage`: the run stopped the API server (kill-apiserver), and every controller and KWOK with it.
+    A Kueue job whose pods were not Running and Ready within the plane's waitForPodsReady timeout (15 s) is
+    then evicted by Kueue (PodsReadyTimeout), which dispatch ends and retries like any eviction: one more
+    alternative for such a job, an attempt ended `evicted` naming PodsReadyTimeout, then the rest."""
     first_per_attempt: dict[int, Hit] = {}
     for hit in sorted(hits, key=lambda h: (h.attempt, h.at)):
         if cancel == "accepted" and (cancel_at is None or hit.at + SEEN_WITHIN > cancel_at):
@@ -112,6 +118,17 @@ def expected_outcomes(
             outcome = {"state": "cancelled", "cause": "cancelled", "pods": "none", "why": why + "cancelled"}
     outcome |= {"attempts": attempt, "attempt_causes": attempt_causes}
     alternatives = [outcome]
+    slow_ready = outcome["state"] == "succeeded" and retried(policy, earlier, "evicted")
+    if plane_outage and kind in (KUEUE_LOW, KUEUE_HIGH) and slow_ready:
+        alternatives.append(
+            outcome
+            | {
+                "attempts": attempt + 1,
+                "attempt_causes": attempt_causes | {attempt: "evicted"},
+                "attempt_messages": {attempt: "PodsReadyTimeout"},
+                "why": outcome["why"] + ", after a PodsReadyTimeout eviction in the API server's outage",
+            }
+        )
     if cancel == "unknown":
         alternatives.append(cancelled | {"attempts": attempt, "attempt_causes": attempt_causes})
     return alternatives
@@ -154,6 +171,10 @@ def mismatch(expected: Mapping[str, Any], seen: Mapping[str, Any], pods_left: Se
                 f"attempt {attempt} ended {execution.get('state')}/{execution.get('cause') or '-'}, "
                 f"expected cause {hit_cause!r}"
             )
+    for attempt, text in (expected.get("attempt_messages") or {}).items():
+        execution = next((e for e in executions if int(e.get("attempt") or 0) == int(attempt)), None)
+        if execution is not None and text not in str(execution.get("message") or ""):
+            problems.append(f"attempt {attempt}'s message does not name {text}")
     if expected.get("pods") == "none" and pods_left:
         problems.append(f"{len(pods_left)} pod(s) left: {', '.join(pods_left[:4])}")
     return problems
@@ -173,6 +194,8 @@ def judge_jobs(
     seen: Mapping[str, Mapping[str, Any]],
     pods: Mapping[str, Sequence[Mapping[str, Any]]],
     trainjobs_of: Mapping[str, list[dict[str, Any]]],
+    *,
+    plane_outage: bool = False,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every accepted job judged against its plan: (a row a job, the rows of the mismatches with their
     timelines). Pure: what the run saw at its end goes in."""
@@ -185,6 +208,7 @@ def judge_jobs(
             hits=hits.get(job_id, []),
             cancel=entry.get("cancel"),
             cancel_at=entry.get("cancel_at"),
+            plane_outage=plane_outage,
         )
         left = [f"{p['name']} ({p['phase']})" for p in pods.get(job_id, [])]
         problems = judge_job(alternatives, seen[job_id], left)

@@ -86,6 +86,7 @@ def conclude(ctx: Context, chosen_faults: Sequence[FaultPlan], found: Findings) 
             "unanswered_by_kind": dict(Counter(u["kind"] for u in client.unanswered)),
             "server_errors": client.server_errors[:50],
         },
+        "fence_refusals": found.fence_refusals[:50],
         "settle_seconds": round(settled, 1),
         "domains": run.domains,
         "workers_exited": workers_exited,
@@ -164,6 +165,11 @@ def print_summary(report: Mapping[str, Any], path: Path) -> None:
         f"observer: saw every rank run of {coverage['covered']} of {coverage['wanted']} final attempts; "
         f"{identity['trainjobs_seen']} TrainJobs; {len(identity['watch']['errors'])} errors, "
         f"{len(identity['watch']['gaps'])} gaps"
+    )
+    refusals = report.get("fence_refusals") or []
+    lines.append(
+        f"fence: {len(refusals)} Job(s) of ended attempts refused their pods"
+        + "".join(f"\n  {r}" for r in refusals[:10])
     )
     for problem in report["unexpected_plan_answers"][:10]:
         lines.append(f"  unexpected plan answer (job {problem['job']}): {'; '.join(problem['problems'])}")

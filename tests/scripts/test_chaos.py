@@ -233,6 +233,32 @@ def test_a_disruption_ends_the_way_the_policy_says() -> None:
     assert (preempted["state"], preempted["attempts"]) == ("succeeded", 2)
 
 
+def test_a_kueue_job_may_be_evicted_once_for_pods_not_ready_while_the_api_server_was_down() -> None:
+    """With kill-apiserver in the run, a Kueue job whose pods were not Ready within the plane's
+    waitForPodsReady timeout is evicted (PodsReadyTimeout) and retried: seen in a short run, a high-priority
+    job ended attempt 1 evicted after an 18 s restart. Only that eviction, named, and only with the outage."""
+
+    def seen(message: str) -> dict[str, Any]:
+        job = _seen("succeeded", "", ("failed", "evicted"), ("succeeded", ""))
+        job["executions"][0]["message"] = message
+        return job
+
+    timeout = seen("Kueue evicted the Workload (PodsReadyTimeout): dispatch ended the attempt")
+    outage = chaos.expected_outcomes(
+        kind=chaos.KUEUE_HIGH, fail_rank=None, policy=RETRY, hits=[], cancel=None, plane_outage=True
+    )
+    assert chaos.judge_job(outage, timeout, []) == []
+    assert chaos.judge_job(_expect(chaos.KUEUE_HIGH), timeout, []) != []  # no outage: one attempt
+    preempted = seen("Kueue preempted the Workload (InClusterQueue)")
+    assert chaos.judge_job(outage, preempted, []) != []  # another eviction is still a mismatch
+    assert len(chaos.expected_outcomes(
+        kind=chaos.KUEUE_HIGH, fail_rank=None, policy=NO_RETRY, hits=[], cancel=None, plane_outage=True
+    )) == 1  # a policy that does not retry evictions: the job should have failed evicted instead  # fmt: skip
+    assert len(chaos.expected_outcomes(
+        kind=chaos.SUCCEEDS, fail_rank=None, policy=RETRY, hits=[], cancel=None, plane_outage=True
+    )) == 1  # not under Kueue: no PodsReady timeout  # fmt: skip
+
+
 def _seen(state: str, cause: str = "", *attempts: tuple[str, str], **more: Any) -> dict[str, Any]:
     executions = [
         {"attempt": n + 1, "state": s, "cause": c} for n, (s, c) in enumerate(attempts or [(state, cause)])

@@ -32,7 +32,8 @@ def plane(tmp_path: Path) -> Iterator[dict[str, str]]:
 def _cluster(env: dict[str, str], *args: str) -> str:
     done = subprocess.run([str(CLUSTER), *args], env=env, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:  # the whole of what it printed (an assertion's repr would cut its middle out)
-        pytest.fail(f"scripts/cluster {' '.join(args)} exited {done.returncode}:\n{done.stderr}", pytrace=False)
+        what = f"scripts/cluster {' '.join(args)} exited {done.returncode}"
+        pytest.fail(f"{what}:\n{done.stderr}", pytrace=False)
     return done.stdout + done.stderr
 
 
