@@ -15,13 +15,31 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
+import yaml
 
 from tests.client.conftest import REPO, free_port
 from tests.support.redis_server import wait_for
 
-USER, PASSWORD = "dispatch", "s3cret-for-the-test"
+EXAMPLE = REPO / "deploy" / "overlays" / "example"
+
+
+def _example_secrets() -> tuple[str, str, str]:
+    """The example overlay's Redis user and password (secret.yaml's REDIS_URL) and ACL (redis.yaml)."""
+    secret = yaml.safe_load((EXAMPLE / "secret.yaml").read_text())
+    url = urlparse(secret["stringData"]["REDIS_URL"])
+    [acl] = [
+        doc["stringData"]["users.acl"]
+        for doc in yaml.safe_load_all((EXAMPLE / "redis.yaml").read_text())
+        if doc["kind"] == "Secret"
+    ]
+    assert url.scheme == "rediss" and url.username and url.password
+    return url.username, url.password, acl
+
+
+USER, PASSWORD, ACL = _example_secrets()
 
 # What every Redis user of dispatch does with REDIS_URL, in a process configured as a pod is (settings from
 # the environment); prints what each one saw.
@@ -96,10 +114,10 @@ def _answers_tls(server: TlsRedis) -> bool:
 
 @pytest.fixture
 def tls_redis(tmp_path: Path) -> Iterator[TlsRedis]:
-    """redis-server with no plain port, TLS on a free one, the default user off and one ACL user with a
-    password (the ACL the example overlay ships, deploy/overlays/example/redis.yaml, has the same shape)."""
+    """redis-server with no plain port, TLS on a free one, and the example overlay's ACL
+    (deploy/overlays/example/redis.yaml: the default user off, dispatch's user with its password)."""
     _certificates(tmp_path)
-    (tmp_path / "users.acl").write_text(f"user default off\nuser {USER} on >{PASSWORD} ~* &* +@all -@admin\n")
+    (tmp_path / "users.acl").write_text(ACL)
     server = TlsRedis(free_port(), tmp_path / "ca.crt")
     with (tmp_path / "redis.log").open("ab") as log:
         process = subprocess.Popen(
@@ -118,18 +136,22 @@ def tls_redis(tmp_path: Path) -> Iterator[TlsRedis]:
         process.wait(timeout=20)
 
 
+def _env(redis_url: str, tmp_path: Path) -> dict[str, str]:
+    """A pod's settings: from the environment alone."""
+    return {
+        "PATH": "/usr/bin:/bin",
+        "DEBUG": "false",
+        "SECRET_KEY": "x" * 50,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'probe.sqlite3'}",
+        "REDIS_URL": redis_url,
+    }
+
+
 def _probe(redis_url: str, tmp_path: Path, **env: str) -> dict[str, object]:
     result = subprocess.run(
         [sys.executable, "-c", PROBE],
         cwd=REPO,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "DEBUG": "false",
-            "SECRET_KEY": "x" * 50,
-            "DATABASE_URL": f"sqlite:///{tmp_path / 'probe.sqlite3'}",
-            "REDIS_URL": redis_url,
-            **env,
-        },
+        env={**_env(redis_url, tmp_path), **env},
         capture_output=True,
         text=True,
         timeout=120,
@@ -157,9 +179,27 @@ def _preflight(redis_url: str, tmp_path: Path) -> subprocess.CompletedProcess[st
 def test_every_redis_user_of_dispatch_reaches_redis_over_tls_with_the_password(
     tls_redis: TlsRedis, tmp_path: Path
 ) -> None:
-    seen = _probe(tls_redis.url(query=f"?ssl_ca_certs={tls_redis.ca}"), tmp_path)
+    url = tls_redis.url(query=f"?ssl_ca_certs={tls_redis.ca}")
+    seen = _probe(url, tmp_path)
     assert seen == {"broker": "sent", "queued": 1, "throttle": "counted", "readiness": {"ok": True}}
-    assert _preflight(tls_redis.url(query=f"?ssl_ca_certs={tls_redis.ca}"), tmp_path).returncode == 0
+    assert _preflight(url, tmp_path).returncode == 0
+    # A worker, as deploy/ runs it, consumes under the ACL: it takes the message the probe left.
+    log = tmp_path / "worker.log"
+    with log.open("ab") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "dispatch_site", "worker", "--pool", "threads",
+             "--without-gossip", "--without-mingle", "-Q", "netpol-probe", "--loglevel", "INFO"],
+            cwd=REPO, env={**_env(url, tmp_path), "WORKER_CONCURRENCY": "2"},
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        wait_for(lambda: "unregistered task of type 'netpol.probe'" in log.read_text(), 60,
+                 "the worker took the message", log.read_text)  # fmt: skip
+        assert "NOPERM" not in log.read_text()
+        assert PASSWORD not in log.read_text()  # its banner shows the broker's URL with the password masked
+    finally:
+        worker.kill()  # the worker this test started, by its pid
+        worker.wait(timeout=20)
 
 
 def test_a_rediss_url_checks_the_certificate_for_the_broker_too(tls_redis: TlsRedis, tmp_path: Path) -> None:
