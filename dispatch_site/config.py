@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -220,16 +220,50 @@ def _prepare_threshold(url: str, options: dict[str, Any]) -> dict[str, Any]:
     return {"prepare_threshold": value}
 
 
+def _redacted(url: str) -> str:
+    """The URL with its password replaced, for an error message (REDIS_URL carries Redis's password)."""
+    parsed = urlparse(url)
+    if parsed.password is None:
+        return url
+    return parsed._replace(netloc=parsed.netloc.replace(f":{parsed.password}@", ":***@", 1)).geturl()
+
+
+# What the URL may say about certificate checks: kombu and redis-py both read these words.
+REDIS_CERT_REQS = ("required", "optional")
+
+
 def _parse_redis_url(url: str) -> str:
+    """REDIS_URL as every Redis user of dispatch reads it: Celery's broker (kombu), the throttles' cache
+    (Django's RedisCache), the long-request slots and login counters (dispatch_site.redisclient) and /readyz
+    (redis-py). ``rediss://user:password@host:port/db?ssl_ca_certs=/path/ca.crt`` speaks TLS and checks the
+    server's certificate against that CA (the system's CAs without it). kombu alone would not check it, nor,
+    under dispatch's own broker transport, speak TLS at all, unless the URL carries an ssl_ option: so a
+    rediss URL that does not say ssl_cert_reqs gets ssl_cert_reqs=required here, and none is refused."""
+    shown = _redacted(url)
     parsed = urlparse(url)
     if parsed.scheme not in ("redis", "rediss", "unix"):
-        raise ConfigError(f"REDIS_URL={url!r} is not a redis:// URL")
+        raise ConfigError(f"REDIS_URL={shown!r} is not a redis:// URL")
     if parsed.scheme != "unix" and not parsed.hostname:
-        raise ConfigError(f"REDIS_URL={url!r} names no host")
+        raise ConfigError(f"REDIS_URL={shown!r} names no host")
     try:
         parsed.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError:
-        raise ConfigError(f"REDIS_URL={url!r} has an invalid port") from None
+        raise ConfigError(f"REDIS_URL={shown!r} has an invalid port") from None
+    if "," in url or ";" in url:
+        # Django's RedisCache splits its LOCATION into several servers at these.
+        raise ConfigError(f"REDIS_URL={shown!r}: percent-encode ',' and ';' (%2C, %3B), in the password too")
+    if parsed.scheme == "rediss":
+        query = parse_qs(parsed.query)
+        reqs = query.get("ssl_cert_reqs", ["required"])[-1]
+        if reqs not in REDIS_CERT_REQS:
+            raise ConfigError(
+                f"REDIS_URL={shown!r}: ssl_cert_reqs={reqs!r} would not check the server's certificate: "
+                "use required (the default) and name the CA with ssl_ca_certs=<path>"
+            )
+        if "ssl_cert_reqs" not in query:
+            url = parsed._replace(
+                query="&".join(q for q in (parsed.query, "ssl_cert_reqs=required") if q)
+            ).geturl()
     return url
 
 

@@ -76,6 +76,7 @@ def test_the_example_overlay_is_accepted_by_a_server_side_dry_run(
         "Ingress",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "NetworkPolicy",
     } <= kinds
     for line in result.stdout.splitlines():
         assert line.endswith("(server dry run)"), line
