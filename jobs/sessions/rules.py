@@ -23,12 +23,14 @@ from runtimes.reasons import (
     NO_NODE_CONTAINER,
     NO_TRAINER_JOB,
     NODE_CONTAINER,
+    RUNTIME_CHANGED_SINCE_REVIEW,
     RUNTIME_NOT_ALLOWED,
     RUNTIME_NOT_FOUND,
     TRAINER_ANCESTOR_LABEL,
     TRAINER_ANCESTOR_STEP,
     AllowListMiss,
     Reason,
+    Review,
     SiteRules,
 )
 from runtimes.rules import check_runtime, find_trainer_job
@@ -51,7 +53,9 @@ PURPOSE: Final = "sessions"
 
 
 # The rules that make a session unusable; the job-only rules (identity, restarts, MPI) do not apply.
-SESSION_CODES: Final = frozenset({RUNTIME_NOT_ALLOWED, RUNTIME_NOT_FOUND, NO_TRAINER_JOB, NO_NODE_CONTAINER})
+SESSION_CODES: Final = frozenset(
+    {RUNTIME_NOT_ALLOWED, RUNTIME_CHANGED_SINCE_REVIEW, RUNTIME_NOT_FOUND, NO_TRAINER_JOB, NO_NODE_CONTAINER}
+)
 
 
 WAIT_MAX_SECONDS: Final = 300
@@ -97,13 +101,15 @@ def _launcher(runtime: Mapping[str, Any]) -> tuple[int, Mapping[str, Any]] | Non
 
 
 def session_runtime_check(
-    runtime: Mapping[str, Any] | None, *, miss: AllowListMiss | None, ref: str
+    runtime: Mapping[str, Any] | None, *, miss: AllowListMiss | None, ref: str, review: Review | None = None
 ) -> tuple[list[Reason], str]:
     """Whether a runtime can serve a session: (every reason it cannot, the replicated job whose pod is the
     trainer pod). The rule checker judges; only the rules that make a session unusable count here. The
     trainer pod's job is the one labelled as the trainer ancestor, else (no job has the label) the MPI
-    launcher; its pod needs the container `node`, where commands run. Pure."""
-    verdict = check_runtime(runtime, allow_listed=miss if miss is not None else True, ref=ref)
+    launcher; its pod needs the container `node`, where commands run. `review`: what the allow-list entry
+    recorded, as for jobs: a runtime whose spec is no longer the reviewed one serves no session either
+    (runtime-changed-since-review). Pure."""
+    verdict = check_runtime(runtime, allow_listed=miss if miss is not None else True, ref=ref, review=review)
     reasons = [r for r in verdict.reasons if r.code in SESSION_CODES]
     if runtime is None:
         return reasons, ""

@@ -92,7 +92,8 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
         reason = Reason(RUNTIME_NOT_ALLOWED, not_allowed_message(ref_text, miss), "metadata.name")
         raise _refused(owner, ref_text, request.namespace, [reason]) from None
     body = found.body if found is not None else None
-    reasons, trainer_job = session_runtime_check(body, miss=miss, ref=ref_text)
+    review = entry.as_review() if entry is not None and miss is None else None
+    reasons, trainer_job = session_runtime_check(body, miss=miss, ref=ref_text, review=review)
     site = SiteSettings.load()
     spec = session_spec(request)
     session = Session(

@@ -178,3 +178,54 @@ def test_re_approving_through_the_page_records_the_new_spec(
     entry = AllowListEntry.objects.get(name="team-runtime")
     assert entry.reviewed_hash == spec_digest(body) != first.reviewed_hash
     assert (entry.review, entry.reviewed_by) == (REVIEW_CONTENT, "pat-page")
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db
+def test_a_session_on_a_runtime_edited_since_its_review_is_refused_until_re_approved(
+    kube: Any, namespace: str, submitter: tuple[User, str], namespaced_runtime: Callable[..., Any]
+) -> None:
+    """Sessions obey the review as jobs do (issue 33): opening one used to judge the runtime without its
+    review, so a namespace member's edit (another image in the trainer container, where the owner's commands
+    run) served sessions at once. Now the open is refused, 422 runtime-changed-since-review naming the
+    changed path, and nothing is created; after a platform user re-approves, the session opens."""
+    namespaced_runtime(allow=False)
+    _, platform_token = user_create(username="pat-sessions", role=roles.PLATFORM, namespaces=["*"])
+    platform = _api(platform_token)
+    entry = {
+        "kind": "TrainingRuntime",
+        "namespace": namespace,
+        "name": "team-runtime",
+        "purposes": ["sessions"],
+    }
+    assert platform.post("/api/v1/runtimes/allow-list", entry, format="json").status_code == 201
+    body = kube.custom.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "trainingruntimes", "team-runtime"
+    )
+    trainer_job(body)["template"]["spec"]["template"]["spec"]["containers"][0]["image"] = (
+        "registry.example/x:1"
+    )
+    kube.custom.replace_namespaced_custom_object(
+        GROUP, VERSION, namespace, "trainingruntimes", "team-runtime", body
+    )
+    gateway.forget_cached_runtimes()
+    user = _api(submitter[1])
+    session = {
+        "runtime": {"kind": "TrainingRuntime", "name": "team-runtime"},
+        "namespace": namespace,
+        "image": "localhost/trainer:v1",
+        "num_nodes": 1,
+    }
+    refused = user.post("/api/v1/sessions", session, format="json")
+    assert refused.status_code == 422, refused.content
+    [reason] = [r for r in refused.json()["reasons"] if r["code"] == CHANGED]
+    assert f"{NODE}.image" in reason["message"]
+    assert kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs")["items"] == []
+
+    assert (
+        platform.post("/api/v1/runtimes/allow-list", entry, format="json").status_code == 200
+    )  # re-approved
+    opened = user.post("/api/v1/sessions", session, format="json")
+    assert opened.status_code in (200, 201, 202), opened.content
+    closed = user.delete(f"/api/v1/sessions/{opened.json()['id']}?wait=60")
+    assert closed.status_code == 200, closed.content

@@ -31,7 +31,8 @@ from jobs.sessions.rules import (
     trainer_pod_claims,
 )
 from jobs.spec import RuntimeRef
-from runtimes.reasons import AllowListMiss
+from runtimes.digest import spec_digest
+from runtimes.reasons import REVIEW_CONTENT, AllowListMiss, Review
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "dispatch-kind.yaml"
 ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
@@ -103,6 +104,18 @@ def test_not_allowed_for_sessions_and_not_found_are_both_reported() -> None:
     reasons, _ = session_runtime_check(None, miss=miss, ref="ClusterTrainingRuntime/x")
     assert [r.code for r in reasons] == ["runtime-not-allowed", "runtime-not-found"]
     assert "for jobs only, not for sessions" in reasons[0].message
+
+
+def test_a_runtime_changed_since_its_review_serves_no_session() -> None:
+    reviewed = _plain()
+    review = Review(REVIEW_CONTENT, spec_digest(reviewed), copy.deepcopy(reviewed["spec"]), "reviewed by pat")
+    assert session_runtime_check(reviewed, miss=None, ref="ClusterTrainingRuntime/x", review=review)[0] == []
+    edited = copy.deepcopy(reviewed)
+    pod = edited["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod["containers"][0]["image"] = "registry.example/other:2"
+    reasons, _ = session_runtime_check(edited, miss=None, ref="ClusterTrainingRuntime/x", review=review)
+    assert [r.code for r in reasons] == ["runtime-changed-since-review"]
+    assert "changed since it was reviewed (reviewed by pat)" in reasons[0].message
 
 
 def _pod(name: str, rjob: str, job_index: int = 0, index: int = 0, deleting: bool = False) -> PodInfo:
