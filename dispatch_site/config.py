@@ -73,11 +73,12 @@ class Config:
     # Observability (jobs.observability): who may scrape /metrics, and how webhooks are delivered.
     metrics_token: str = ""
     webhook_retry_schedule: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
-    webhook_timeout_seconds: float = 10.0
+    webhook_timeout_seconds: float = 10.0  # one attempt's whole budget: connect, send, answer
     webhook_allow_http: bool = False
     webhook_allow_private_addresses: bool = False
     webhook_secret_grace_seconds: int = 24 * 3600
     webhook_sweep_seconds: int = 10
+    webhook_endpoints_per_user: int = 10
     # The Celery worker runs this many tasks at once, in threads (a start waits on the API server); the
     # Kubernetes client keeps as many connections.
     worker_concurrency: int = DEFAULT_WORKER_CONCURRENCY
@@ -350,6 +351,9 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
             "WEBHOOK_SECRET_GRACE_SECONDS", env.get("WEBHOOK_SECRET_GRACE_SECONDS", "86400"), 0
         ),
         webhook_sweep_seconds=_parse_int("WEBHOOK_SWEEP_SECONDS", env.get("WEBHOOK_SWEEP_SECONDS", "10"), 1),
+        webhook_endpoints_per_user=_parse_int(
+            "WEBHOOK_ENDPOINTS_PER_USER", env.get("WEBHOOK_ENDPOINTS_PER_USER", "10"), 1
+        ),
         supervisor_interval_seconds=supervisor_interval,
         no_capacity_after_seconds=no_capacity_after,
         stuck_after_seconds=stuck_after,

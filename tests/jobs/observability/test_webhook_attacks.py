@@ -1,0 +1,371 @@
+"""Hostile webhook receivers, each a real server on 127.0.0.1 that this test starts (raw sockets, so it can
+answer what no polite server would): a gzip bomb, a receiver that drips a byte a second for ever, a worker
+that dies mid-send, two senders of one delivery at once, and one user subscribing too many endpoints.
+Deliveries run in this process (the suite's in-process tasks), the same code a worker runs."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import socket
+import socketserver
+import threading
+import time
+import tracemalloc
+import zlib
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from dispatch_site import roles
+from jobs.models import Job, JobEvent, JobState
+from jobs.naming import new_job_id
+from jobs.observability import outbox, webhook_send, webhooks
+from jobs.observability.models import DeliveryState, WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from tests.jobs.observability.conftest import Receiver
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DEADLINE = 2.0
+MARGIN = 1.5
+
+
+@pytest.fixture(autouse=True)
+def _local_receivers(settings: Any) -> None:
+    settings.WEBHOOK_ALLOW_HTTP = True
+    settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES = True
+    settings.WEBHOOK_RETRY_SCHEDULE = (60.0, 60.0)
+    settings.WEBHOOK_TIMEOUT_SECONDS = DEADLINE
+    outbox.forget_cached_endpoints()
+
+
+class RawReceiver:
+    """A TCP server on 127.0.0.1: `answer(write, stopped)` writes whatever bytes it likes after reading the
+    request's head. `stopped` is set when the test ends, so a receiver that drips for ever stops then."""
+
+    def __init__(self, answer: Callable[[Callable[[bytes], None], threading.Event], None]) -> None:
+        self.stopped = threading.Event()
+        self.requests = 0
+        self.sent = 0
+        receiver = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                sock: socket.socket = self.request
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        return
+                    head += chunk
+                receiver.requests += 1
+
+                def write(data: bytes) -> None:
+                    sock.sendall(data)
+                    receiver.sent += len(data)
+
+                with contextlib.suppress(OSError):  # the client hung up: what a bounded sender does
+                    answer(write, receiver.stopped)
+
+        socketserver.ThreadingTCPServer.daemon_threads = True
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def raw_receiver() -> Iterator[Callable[..., RawReceiver]]:
+    made: list[RawReceiver] = []
+
+    def make(answer: Callable[[Callable[[bytes], None], threading.Event], None]) -> RawReceiver:
+        made.append(RawReceiver(answer))
+        return made[-1]
+
+    yield make
+    for receiver in made:
+        receiver.close()
+
+
+def _pending_delivery(owner: Any, url: str) -> WebhookDelivery:
+    """An endpoint and one change of one job for it, fanned out into a due delivery that nobody sent yet
+    (the endpoint is paused during the fan-out, so the in-process task does not send it at once)."""
+    endpoint, _ = webhooks.endpoint_create(owner=owner, url=url)
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(active=False)
+    job = Job.objects.create(
+        id=new_job_id(),
+        owner=owner,
+        namespace="team-a",
+        runtime_kind="ClusterTrainingRuntime",
+        runtime_name="x",
+        spec={},
+        state=JobState.QUEUED,
+    )
+    JobEvent.objects.create(
+        job=job, attempt=1, kind="transition", from_state="queued", to_state="running", message="running"
+    )
+    webhooks.fanout()
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(active=True)
+    return WebhookDelivery.objects.get(endpoint=endpoint)
+
+
+def _send_guarded(delivery_id: int, within: float) -> float:
+    """delivery_send in a thread of its own, waited for at most `within` seconds: a sender that never
+    returns fails the test instead of hanging it. Returns how long it took."""
+    started = time.monotonic()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            webhooks.delivery_send(delivery_id=delivery_id)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(within)
+    elapsed = time.monotonic() - started
+    assert not thread.is_alive(), f"the attempt still runs after {elapsed:.1f} s (deadline {DEADLINE} s)"
+    assert not errors, errors
+    return elapsed
+
+
+# ---------------------------------------------------------------- a gzip bomb
+
+BOMB_INFLATED = 1 << 30  # 1 GiB of zeros once inflated, about 1 MB on the wire
+
+
+def _gzip_bomb(write: Callable[[bytes], None], stopped: threading.Event) -> None:
+    write(
+        b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\nContent-Encoding: gzip\r\n"
+        b"Connection: close\r\n\r\n"
+    )
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: a gzip stream
+    zeros = bytes(1 << 20)
+    for _ in range(BOMB_INFLATED >> 20):
+        if stopped.is_set():
+            return
+        write(compressor.compress(zeros))
+    write(compressor.flush())
+
+
+def test_a_gzip_bomb_is_read_a_few_kib_deep_and_never_inflated(
+    make_user: Any, raw_receiver: Callable[..., RawReceiver]
+) -> None:
+    uma, _ = make_user("uma", roles.USER, ("team-a",))
+    receiver = raw_receiver(_gzip_bomb)
+    delivery = _pending_delivery(uma, receiver.url)
+    tracemalloc.start()
+    try:
+        _send_guarded(delivery.pk, 60)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # The worker's memory did not grow with the bomb (1 GiB inflated); a few MiB is the attempt's own work.
+    assert peak < 8 << 20, f"the attempt allocated {peak >> 20} MiB at its peak"
+    attempt = WebhookAttempt.objects.get(delivery=delivery)
+    assert attempt.status_code == 500
+    assert len(attempt.error) <= webhook_send.ERROR_CHARS and "gzip" in attempt.error
+    delivery.refresh_from_db()
+    assert delivery.attempts == 1 and delivery.last_status == 500 and delivery.state == DeliveryState.PENDING
+
+
+def test_a_plain_error_body_is_recorded_capped(
+    make_user: Any, raw_receiver: Callable[..., RawReceiver]
+) -> None:
+    def long_error(write: Callable[[bytes], None], stopped: threading.Event) -> None:
+        write(b"HTTP/1.1 503 Busy\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n")
+        write(b"busy\x00 " + b"busy " * 200_000)  # a megabyte of text, a NUL byte in it
+
+    uma, _ = make_user("uma", roles.USER, ("team-a",))
+    delivery = _pending_delivery(uma, raw_receiver(long_error).url)
+    _send_guarded(delivery.pk, 30)
+    attempt = WebhookAttempt.objects.get(delivery=delivery)
+    assert attempt.status_code == 503
+    assert attempt.error.startswith("busy") and len(attempt.error) <= webhook_send.ERROR_CHARS
+
+
+def test_gzip_is_the_bomb_s_encoding() -> None:
+    """The bomb above is what it claims: a gzip stream of zeros (checked on a small one)."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    assert gzip.decompress(compressor.compress(bytes(1000)) + compressor.flush()) == bytes(1000)
+
+
+# ---------------------------------------------------------------- a receiver that drips
+
+
+def _drip_headers(write: Callable[[bytes], None], stopped: threading.Event) -> None:
+    write(b"HTTP/1.1 200 OK\r\nX-Drip: ")
+    while not stopped.wait(1.0):
+        write(b"a")
+
+
+def _drip_body(write: Callable[[bytes], None], stopped: threading.Event) -> None:
+    write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 100000\r\n\r\n")
+    while not stopped.wait(1.0):
+        write(b"a")
+
+
+@pytest.mark.parametrize("answer", [_drip_headers, _drip_body], ids=["headers", "body"])
+def test_a_receiver_dripping_a_byte_a_second_is_cut_off_at_the_deadline(
+    make_user: Any, raw_receiver: Callable[..., RawReceiver], answer: Any
+) -> None:
+    uma, _ = make_user("uma", roles.USER, ("team-a",))
+    receiver = raw_receiver(answer)
+    delivery = _pending_delivery(uma, receiver.url)
+    elapsed = _send_guarded(delivery.pk, DEADLINE + 20)
+    assert elapsed < DEADLINE + MARGIN, f"the attempt took {elapsed:.1f} s, its deadline is {DEADLINE} s"
+    assert receiver.requests == 1
+    attempt = WebhookAttempt.objects.get(delivery=delivery)
+    assert attempt.status_code is None and "timeout" in attempt.error.lower()
+    delivery.refresh_from_db()
+    assert delivery.attempts == 1 and delivery.state == DeliveryState.PENDING
+    assert "timeout" in delivery.last_error.lower()
+
+
+# ---------------------------------------------------------------- a worker that dies mid-send
+
+
+class WorkerKilled(BaseException):
+    """What a worker's process dying (OOM-killed, SIGKILL) looks like from inside the attempt: nothing after
+    it runs. A fake: the real parts cannot be made to die at this exact point on demand."""
+
+
+def _crash_after_sending(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake: the real POST reaches the real receiver, then the worker 'dies' before it records the
+    outcome."""
+    real_post = webhook_send.post
+
+    def post_then_die(*args: Any, **kwargs: Any) -> Any:
+        real_post(*args, **kwargs)
+        raise WorkerKilled
+
+    monkeypatch.setattr(webhook_send, "post", post_then_die)
+
+
+def test_an_attempt_during_which_the_worker_died_counts_and_the_schedule_goes_on(
+    make_user: Any, receiver: Receiver, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    uma, _ = make_user("uma", roles.USER, ("team-a",))
+    delivery = _pending_delivery(uma, receiver.url)
+    _crash_after_sending(monkeypatch)
+    before = timezone.now()
+    with pytest.raises(WorkerKilled):
+        webhooks.delivery_send(delivery_id=delivery.pk)
+    assert len(receiver.received) == 1
+    delivery.refresh_from_db()
+    # The attempt was recorded before the POST: it counts, and the next one is due on the schedule.
+    assert delivery.attempts == 1
+    assert list(WebhookAttempt.objects.filter(delivery=delivery).values_list("number", flat=True)) == [1]
+    assert delivery.next_attempt_at >= before + timedelta(seconds=60)
+    assert delivery.state == DeliveryState.PENDING
+
+    # Time passes (moved, as it would): the claim of the dead worker expires and the retry is due.
+    monkeypatch.undo()
+    _local = {"claim_until": timezone.now() - timedelta(1), "next_attempt_at": timezone.now()}
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(**_local)
+    webhooks.delivery_send(delivery_id=delivery.pk)
+    delivery.refresh_from_db()
+    assert delivery.state == DeliveryState.DELIVERED and delivery.attempts == 2
+    assert len(receiver.received) == 2
+
+
+def test_a_worker_dying_on_every_attempt_still_disables_the_endpoint_after_the_schedule(
+    make_user: Any, receiver: Receiver, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    settings.WEBHOOK_RETRY_SCHEDULE = (60.0,)  # two attempts
+    uma, _ = make_user("uma", roles.USER, ("team-a",))
+    delivery = _pending_delivery(uma, receiver.url)
+    _crash_after_sending(monkeypatch)
+    for _ in range(3):
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(
+            claim_until=timezone.now() - timedelta(1), next_attempt_at=timezone.now()
+        )
+        with contextlib.suppress(WorkerKilled):
+            webhooks.delivery_send(delivery_id=delivery.pk)
+    # Two attempts reached the receiver; the third claim found the schedule spent and sent nothing.
+    assert len(receiver.received) == 2
+    delivery.refresh_from_db()
+    assert delivery.state == DeliveryState.FAILED and delivery.attempts == 2
+    endpoint = WebhookEndpoint.objects.get(pk=delivery.endpoint_id)
+    assert not endpoint.active and "failed 2 attempts" in endpoint.disabled_reason
+
+
+def test_two_senders_of_one_delivery_at_once_send_it_once(make_user: Any, receiver: Receiver) -> None:
+    """The claim is a compare-and-set: a duplicated task message runs beside the first, and only one POSTs.
+    The receiver is slow, so both are inside delivery_send at the same time."""
+    uma, _ = make_user("uma", roles.USER, ("team-a",))
+    delivery = _pending_delivery(uma, receiver.url)
+
+    def slow(n: int, headers: dict[str, str]) -> int:
+        time.sleep(0.5)
+        return 200
+
+    receiver.plan = slow
+    start = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            start.wait()
+            webhooks.delivery_send(delivery_id=delivery.pk)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=send) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not errors, errors
+    assert len(receiver.received) == 1
+    delivery.refresh_from_db()
+    assert delivery.state == DeliveryState.DELIVERED and delivery.attempts == 1
+    assert WebhookAttempt.objects.filter(delivery=delivery).count() == 1
+
+
+# ---------------------------------------------------------------- too many endpoints
+
+
+def test_one_endpoint_more_than_the_cap_is_refused_naming_the_limit(make_user: Any, settings: Any) -> None:
+    settings.WEBHOOK_ENDPOINTS_PER_USER = 3
+    _, token = make_user("uma", roles.USER, ("team-a",))
+    _, other = make_user("bob", roles.USER, ("team-b",))
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    for n in range(3):
+        created = api.post("/api/v1/webhooks", {"url": f"https://hooks.example.com/{n}"}, format="json")
+        assert created.status_code == 201, created.content
+    refused = api.post("/api/v1/webhooks", {"url": "https://hooks.example.com/4"}, format="json")
+    assert refused.status_code == 400
+    message = " ".join(str(m) for messages in refused.json().values() for m in messages)
+    assert "3" in message and "WEBHOOK_ENDPOINTS_PER_USER" in message
+    assert WebhookEndpoint.objects.filter(owner__username="uma").count() == 3
+    # Another user's endpoints are theirs to count.
+    api.credentials(HTTP_AUTHORIZATION=f"Token {other}")
+    theirs = api.post("/api/v1/webhooks", {"url": "https://hooks.example.com/b"}, format="json")
+    assert theirs.status_code == 201
+    # Deleting one makes room.
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    first = WebhookEndpoint.objects.filter(owner__username="uma").first()
+    assert first is not None
+    assert api.delete(f"/api/v1/webhooks/{first.pk}").status_code == 204
+    again = api.post("/api/v1/webhooks", {"url": "https://hooks.example.com/5"}, format="json")
+    assert again.status_code == 201
