@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from celery.schedules import crontab
+from kombu import Exchange, Queue
 
 from dispatch_site.config import BASE_DIR, VAR_DIR, load_config
+from dispatch_site.worker_command import DEFAULT_QUEUE, QUEUES, WEBHOOKS_QUEUE
 
 CONFIG = load_config()
 
@@ -224,6 +226,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "socket_timeout": 5,
     "socket_connect_timeout": 5,
 }
+# Webhook deliveries on a queue of their own (dispatch_site.worker_command); every other task on the default.
+CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name) for name in QUEUES]
+CELERY_TASK_DEFAULT_QUEUE = DEFAULT_QUEUE
+CELERY_TASK_ROUTES = {"jobs.observability.tasks.webhook_deliver": {"queue": WEBHOOKS_QUEUE}}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
