@@ -269,6 +269,7 @@ WEBHOOK_RETRY_SCHEDULE = CONFIG.webhook_retry_schedule
 # The whole budget of one attempt, not a per-read timeout (jobs.observability.webhook_send).
 WEBHOOK_TIMEOUT_SECONDS = CONFIG.webhook_timeout_seconds
 WEBHOOK_ENDPOINTS_PER_USER = CONFIG.webhook_endpoints_per_user
+WEBHOOK_CA_BUNDLE = CONFIG.webhook_ca_bundle
 WEBHOOK_ALLOW_HTTP = CONFIG.webhook_allow_http
 WEBHOOK_ALLOW_PRIVATE_ADDRESSES = CONFIG.webhook_allow_private_addresses
 WEBHOOK_SECRET_GRACE_SECONDS = CONFIG.webhook_secret_grace_seconds

@@ -8,7 +8,8 @@ receiver's to keep.
   wherever it waits; aiohttp also caps the status line and each header at 8 KiB.
 - At most RESPONSE_BYTES of the body are read, as bytes on the wire: nothing is decompressed
   (auto_decompress=False), so a gzip bomb stays a few KiB. Then the connection is closed.
-- No redirects, no proxy from the environment, TLS verified against certifi's roots (what requests used).
+- No redirects, no proxy from the environment, TLS verified against certifi's roots (what requests used), or
+  the PEM roots of WEBHOOK_CA_BUNDLE (receivers behind a private CA; the tests' own CA).
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ class AttemptResult:
 
 
 @cache
-def _tls() -> ssl.SSLContext:
-    return ssl.create_default_context(cafile=certifi.where())
+def _tls(cafile: str) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=cafile or certifi.where())
 
 
 def _body_text(raw: bytes, encoding: str) -> str:
@@ -61,9 +62,11 @@ async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
     return raw
 
 
-async def _post_async(url: str, body: bytes, headers: dict[str, str], deadline: float) -> tuple[int, str]:
+async def _post_async(
+    url: str, body: bytes, headers: dict[str, str], deadline: float, cafile: str
+) -> tuple[int, str]:
     timeout = aiohttp.ClientTimeout(total=deadline, connect=min(CONNECT_SECONDS, deadline))
-    connector = aiohttp.TCPConnector(ssl=_tls(), force_close=True, limit=1)
+    connector = aiohttp.TCPConnector(ssl=_tls(cafile), force_close=True, limit=1)
     async with (
         aiohttp.ClientSession(
             timeout=timeout, connector=connector, auto_decompress=False, trust_env=False
@@ -78,22 +81,25 @@ async def _post_async(url: str, body: bytes, headers: dict[str, str], deadline: 
         return response.status, _body_text(raw, response.headers.get("Content-Encoding", ""))
 
 
-async def _bounded(url: str, body: bytes, headers: dict[str, str], deadline: float) -> tuple[int, str]:
+async def _bounded(
+    url: str, body: bytes, headers: dict[str, str], deadline: float, cafile: str
+) -> tuple[int, str]:
     # aiohttp's total timeout covers the request; this one also covers the session's set-up and teardown.
     async with asyncio.timeout(deadline):
-        return await _post_async(url, body, headers, deadline)
+        return await _post_async(url, body, headers, deadline, cafile)
 
 
-def post(url: str, body: str, headers: dict[str, str], *, deadline: float) -> AttemptResult:
+def post(url: str, body: str, headers: dict[str, str], *, deadline: float, cafile: str = "") -> AttemptResult:
     """POST `body` to `url` within `deadline` seconds in all; the status and, for an error, the first
-    ERROR_CHARS of the answer's first RESPONSE_BYTES. Never raises for what the receiver does."""
+    ERROR_CHARS of the answer's first RESPONSE_BYTES. Never raises for what the receiver does. TLS is verified
+    against `cafile` (PEM roots), certifi's roots when empty."""
     started = time.monotonic()
 
     def latency() -> int:
         return int((time.monotonic() - started) * 1000)
 
     try:
-        status, error = asyncio.run(_bounded(url, body.encode(), headers, deadline))
+        status, error = asyncio.run(_bounded(url, body.encode(), headers, deadline, cafile))
     except TimeoutError:
         return AttemptResult(
             status=None,

@@ -470,7 +470,11 @@ def delivery_send(*, delivery_id: int) -> None:
         result = AttemptResult(status=None, latency_ms=0, error=f"not sent: the URL {problem}")
     else:
         result = webhook_send.post(
-            endpoint.url, body, headers, deadline=float(settings.WEBHOOK_TIMEOUT_SECONDS)
+            endpoint.url,
+            body,
+            headers,
+            deadline=float(settings.WEBHOOK_TIMEOUT_SECONDS),
+            cafile=settings.WEBHOOK_CA_BUNDLE,
         )
     metrics.WEBHOOK_DELIVERY_SECONDS.observe(result.latency_ms / 1000)
     _record(claim, result)

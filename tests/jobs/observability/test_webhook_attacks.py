@@ -1,6 +1,7 @@
 """Hostile webhook receivers, each a real server on 127.0.0.1 that this test starts (raw sockets, so it can
-answer what no polite server would): a gzip bomb, a receiver that drips a byte a second for ever, a worker
-that dies mid-send, two senders of one delivery at once, and one user subscribing too many endpoints.
+answer what no polite server would; over plain HTTP and over TLS with a CA the test makes with openssl and
+dispatch trusts through WEBHOOK_CA_BUNDLE): a gzip bomb, a receiver that drips a byte a second for ever, a
+worker that dies mid-send, two senders of one delivery at once, and one user subscribing too many endpoints.
 Deliveries run in this process (the suite's in-process tasks), the same code a worker runs."""
 
 from __future__ import annotations
@@ -9,12 +10,16 @@ import contextlib
 import gzip
 import socket
 import socketserver
+import ssl
+import subprocess
 import threading
 import time
 import tracemalloc
 import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,11 +49,73 @@ def _local_receivers(settings: Any) -> None:
     outbox.forget_cached_endpoints()
 
 
-class RawReceiver:
-    """A TCP server on 127.0.0.1: `answer(write, stopped)` writes whatever bytes it likes after reading the
-    request's head. `stopped` is set when the test ends, so a receiver that drips for ever stops then."""
+@dataclass(frozen=True)
+class LocalCA:
+    ca: Path  # the CA's certificate: what dispatch is told to trust
+    server: ssl.SSLContext  # the receiver's certificate for 127.0.0.1, signed by it
 
-    def __init__(self, answer: Callable[[Callable[[bytes], None], threading.Event], None]) -> None:
+
+@pytest.fixture(scope="module")
+def local_ca(tmp_path_factory: pytest.TempPathFactory) -> LocalCA:
+    """A CA of this test's own (openssl, as scripts/cluster uses it) and a certificate for 127.0.0.1."""
+    d = tmp_path_factory.mktemp("webhook-ca")
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True, timeout=60)
+
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+    )
+    openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+    (d / "ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext",
+    )
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(d / "server.pem", d / "server.key")
+    return LocalCA(ca=d / "ca.pem", server=server)
+
+
+class RawReceiver:
+    """A TCP server on 127.0.0.1 (TLS when given a context): `answer(write, stopped)` writes whatever bytes
+    it likes after reading the request's head. `stopped` is set when the test ends, so a receiver that drips
+    for ever stops then."""
+
+    def __init__(
+        self,
+        answer: Callable[[Callable[[bytes], None], threading.Event], None],
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        self.tls = tls
         self.stopped = threading.Event()
         self.requests = 0
         self.sent = 0
@@ -57,6 +124,11 @@ class RawReceiver:
         class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
                 sock: socket.socket = self.request
+                if tls is not None:
+                    try:
+                        sock = tls.wrap_socket(sock, server_side=True)
+                    except (ssl.SSLError, OSError):
+                        return  # a client that does not trust the certificate hangs up here
                 head = b""
                 while b"\r\n\r\n" not in head:
                     chunk = sock.recv(65536)
@@ -79,7 +151,8 @@ class RawReceiver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.server.server_address[1]}/hooks"
 
     def close(self) -> None:
         self.stopped.set()
@@ -87,12 +160,17 @@ class RawReceiver:
         self.server.server_close()
 
 
-@pytest.fixture
-def raw_receiver() -> Iterator[Callable[..., RawReceiver]]:
+@pytest.fixture(params=["http", "https"])
+def raw_receiver(
+    request: pytest.FixtureRequest, local_ca: LocalCA, settings: Any
+) -> Iterator[Callable[..., RawReceiver]]:
+    """Each attack twice: over plain HTTP, and over TLS with the test's CA trusted (WEBHOOK_CA_BUNDLE)."""
     made: list[RawReceiver] = []
+    tls = local_ca.server if request.param == "https" else None
+    settings.WEBHOOK_CA_BUNDLE = str(local_ca.ca)
 
     def make(answer: Callable[[Callable[[bytes], None], threading.Event], None]) -> RawReceiver:
-        made.append(RawReceiver(answer))
+        made.append(RawReceiver(answer, tls))
         return made[-1]
 
     yield make
@@ -204,6 +282,26 @@ def test_gzip_is_the_bomb_s_encoding() -> None:
     """The bomb above is what it claims: a gzip stream of zeros (checked on a small one)."""
     compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
     assert gzip.decompress(compressor.compress(bytes(1000)) + compressor.flush()) == bytes(1000)
+
+
+def test_a_receiver_whose_certificate_is_not_trusted_gets_nothing(
+    make_user: Any, local_ca: LocalCA, settings: Any
+) -> None:
+    """TLS is verified: without the test's CA among the roots (certifi's only), the handshake fails and the
+    attempt records why."""
+    settings.WEBHOOK_CA_BUNDLE = ""
+    uma, _ = make_user("uma", roles.USER, ("team-a",))
+    receiver = RawReceiver(
+        lambda write, stopped: write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"), local_ca.server
+    )
+    try:
+        delivery = _pending_delivery(uma, receiver.url)
+        _send_guarded(delivery.pk, 30)
+    finally:
+        receiver.close()
+    assert receiver.requests == 0
+    attempt = WebhookAttempt.objects.get(delivery=delivery)
+    assert attempt.status_code is None and "certificate" in attempt.error.lower()
 
 
 # ---------------------------------------------------------------- a receiver that drips
