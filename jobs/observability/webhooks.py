@@ -12,6 +12,10 @@
 - A failed attempt is retried on the schedule WEBHOOK_RETRY_SCHEDULE (exponential, over hours by default);
   when every attempt of a delivery failed, the endpoint is disabled and says why; re-enabling it sends what
   waited, in order.
+- Each attempt is counted, and the next one scheduled, by the claim itself, before the POST: a worker that
+  dies while sending cannot keep an attempt off the endpoint's count. The POST itself is bounded in time and
+  in what it reads (jobs.observability.webhook_send), and runs on the `webhooks` queue's own worker.
+- A user has at most WEBHOOK_ENDPOINTS_PER_USER endpoints.
 """
 
 from __future__ import annotations
