@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import socket
-import socketserver
 import ssl
 import subprocess
 import threading
@@ -28,11 +26,16 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from dispatch_site import roles
-from jobs.models import Job, JobEvent, JobState
-from jobs.naming import new_job_id
 from jobs.observability import outbox, webhook_send, webhooks
 from jobs.observability.models import DeliveryState, WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from tests.jobs.observability.conftest import Receiver
+from tests.jobs.observability.hostile import (
+    RawReceiver,
+    drip_body,
+    drip_headers,
+    gzip_bomb,
+    pending_delivery,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -105,61 +108,6 @@ def local_ca(tmp_path_factory: pytest.TempPathFactory) -> LocalCA:
     return LocalCA(ca=d / "ca.pem", server=server)
 
 
-class RawReceiver:
-    """A TCP server on 127.0.0.1 (TLS when given a context): `answer(write, stopped)` writes whatever bytes
-    it likes after reading the request's head. `stopped` is set when the test ends, so a receiver that drips
-    for ever stops then."""
-
-    def __init__(
-        self,
-        answer: Callable[[Callable[[bytes], None], threading.Event], None],
-        tls: ssl.SSLContext | None = None,
-    ) -> None:
-        self.tls = tls
-        self.stopped = threading.Event()
-        self.requests = 0
-        self.sent = 0
-        receiver = self
-
-        class Handler(socketserver.BaseRequestHandler):
-            def handle(self) -> None:
-                sock: socket.socket = self.request
-                if tls is not None:
-                    try:
-                        sock = tls.wrap_socket(sock, server_side=True)
-                    except (ssl.SSLError, OSError):
-                        return  # a client that does not trust the certificate hangs up here
-                head = b""
-                while b"\r\n\r\n" not in head:
-                    chunk = sock.recv(65536)
-                    if not chunk:
-                        return
-                    head += chunk
-                receiver.requests += 1
-
-                def write(data: bytes) -> None:
-                    sock.sendall(data)
-                    receiver.sent += len(data)
-
-                with contextlib.suppress(OSError):  # the client hung up: what a bounded sender does
-                    answer(write, receiver.stopped)
-
-        socketserver.ThreadingTCPServer.daemon_threads = True
-        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        scheme = "https" if self.tls is not None else "http"
-        return f"{scheme}://127.0.0.1:{self.server.server_address[1]}/hooks"
-
-    def close(self) -> None:
-        self.stopped.set()
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture(params=["http", "https"])
 def raw_receiver(
     request: pytest.FixtureRequest, local_ca: LocalCA, settings: Any
@@ -176,28 +124,6 @@ def raw_receiver(
     yield make
     for receiver in made:
         receiver.close()
-
-
-def _pending_delivery(owner: Any, url: str) -> WebhookDelivery:
-    """An endpoint and one change of one job for it, fanned out into a due delivery that nobody sent yet
-    (the endpoint is paused during the fan-out, so the in-process task does not send it at once)."""
-    endpoint, _ = webhooks.endpoint_create(owner=owner, url=url)
-    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(active=False)
-    job = Job.objects.create(
-        id=new_job_id(),
-        owner=owner,
-        namespace="team-a",
-        runtime_kind="ClusterTrainingRuntime",
-        runtime_name="x",
-        spec={},
-        state=JobState.QUEUED,
-    )
-    JobEvent.objects.create(
-        job=job, attempt=1, kind="transition", from_state="queued", to_state="running", message="running"
-    )
-    webhooks.fanout()
-    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(active=True)
-    return WebhookDelivery.objects.get(endpoint=endpoint)
 
 
 def _send_guarded(delivery_id: int, within: float) -> float:
@@ -225,29 +151,13 @@ def _send_guarded(delivery_id: int, within: float) -> float:
 
 # ---------------------------------------------------------------- a gzip bomb
 
-BOMB_INFLATED = 1 << 30  # 1 GiB of zeros once inflated, about 1 MB on the wire
 
-
-def _gzip_bomb(write: Callable[[bytes], None], stopped: threading.Event) -> None:
-    write(
-        b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\nContent-Encoding: gzip\r\n"
-        b"Connection: close\r\n\r\n"
-    )
-    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: a gzip stream
-    zeros = bytes(1 << 20)
-    for _ in range(BOMB_INFLATED >> 20):
-        if stopped.is_set():
-            return
-        write(compressor.compress(zeros))
-    write(compressor.flush())
-
-
-def test_a_gzip_bomb_is_read_a_few_kib_deep_and_never_inflated(
+def test_agzip_bomb_is_read_a_few_kib_deep_and_never_inflated(
     make_user: Any, raw_receiver: Callable[..., RawReceiver]
 ) -> None:
     uma, _ = make_user("uma", roles.USER, ("team-a",))
-    receiver = raw_receiver(_gzip_bomb)
-    delivery = _pending_delivery(uma, receiver.url)
+    receiver = raw_receiver(gzip_bomb)
+    delivery = pending_delivery(uma, receiver.url)
     tracemalloc.start()
     try:
         _send_guarded(delivery.pk, 60)
@@ -271,7 +181,7 @@ def test_a_plain_error_body_is_recorded_capped(
         write(b"busy\x00 " + b"busy " * 200_000)  # a megabyte of text, a NUL byte in it
 
     uma, _ = make_user("uma", roles.USER, ("team-a",))
-    delivery = _pending_delivery(uma, raw_receiver(long_error).url)
+    delivery = pending_delivery(uma, raw_receiver(long_error).url)
     _send_guarded(delivery.pk, 30)
     attempt = WebhookAttempt.objects.get(delivery=delivery)
     assert attempt.status_code == 503
@@ -295,7 +205,7 @@ def test_a_receiver_whose_certificate_is_not_trusted_gets_nothing(
         lambda write, stopped: write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"), local_ca.server
     )
     try:
-        delivery = _pending_delivery(uma, receiver.url)
+        delivery = pending_delivery(uma, receiver.url)
         _send_guarded(delivery.pk, 30)
     finally:
         receiver.close()
@@ -307,25 +217,13 @@ def test_a_receiver_whose_certificate_is_not_trusted_gets_nothing(
 # ---------------------------------------------------------------- a receiver that drips
 
 
-def _drip_headers(write: Callable[[bytes], None], stopped: threading.Event) -> None:
-    write(b"HTTP/1.1 200 OK\r\nX-Drip: ")
-    while not stopped.wait(1.0):
-        write(b"a")
-
-
-def _drip_body(write: Callable[[bytes], None], stopped: threading.Event) -> None:
-    write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 100000\r\n\r\n")
-    while not stopped.wait(1.0):
-        write(b"a")
-
-
-@pytest.mark.parametrize("answer", [_drip_headers, _drip_body], ids=["headers", "body"])
+@pytest.mark.parametrize("answer", [drip_headers, drip_body], ids=["headers", "body"])
 def test_a_receiver_dripping_a_byte_a_second_is_cut_off_at_the_deadline(
     make_user: Any, raw_receiver: Callable[..., RawReceiver], answer: Any
 ) -> None:
     uma, _ = make_user("uma", roles.USER, ("team-a",))
     receiver = raw_receiver(answer)
-    delivery = _pending_delivery(uma, receiver.url)
+    delivery = pending_delivery(uma, receiver.url)
     elapsed = _send_guarded(delivery.pk, DEADLINE + 20)
     assert elapsed < DEADLINE + MARGIN, f"the attempt took {elapsed:.1f} s, its deadline is {DEADLINE} s"
     assert receiver.requests == 1
@@ -360,7 +258,7 @@ def test_an_attempt_during_which_the_worker_died_counts_and_the_schedule_goes_on
     make_user: Any, receiver: Receiver, monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
     uma, _ = make_user("uma", roles.USER, ("team-a",))
-    delivery = _pending_delivery(uma, receiver.url)
+    delivery = pending_delivery(uma, receiver.url)
     _crash_after_sending(monkeypatch)
     before = timezone.now()
     with pytest.raises(WorkerKilled):
@@ -388,7 +286,7 @@ def test_a_worker_dying_on_every_attempt_still_disables_the_endpoint_after_the_s
 ) -> None:
     settings.WEBHOOK_RETRY_SCHEDULE = (60.0,)  # two attempts
     uma, _ = make_user("uma", roles.USER, ("team-a",))
-    delivery = _pending_delivery(uma, receiver.url)
+    delivery = pending_delivery(uma, receiver.url)
     _crash_after_sending(monkeypatch)
     for _ in range(3):
         WebhookDelivery.objects.filter(pk=delivery.pk).update(
@@ -408,7 +306,7 @@ def test_two_senders_of_one_delivery_at_once_send_it_once(make_user: Any, receiv
     """The claim is a compare-and-set: a duplicated task message runs beside the first, and only one POSTs.
     The receiver is slow, so both are inside delivery_send at the same time."""
     uma, _ = make_user("uma", roles.USER, ("team-a",))
-    delivery = _pending_delivery(uma, receiver.url)
+    delivery = pending_delivery(uma, receiver.url)
 
     def slow(n: int, headers: dict[str, str]) -> int:
         time.sleep(0.5)

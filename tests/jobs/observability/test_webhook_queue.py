@@ -20,9 +20,13 @@ import yaml
 from django.conf import settings
 from django.db import connection
 
+from dispatch_site import roles
 from jobs import enqueue
+from jobs.observability.models import WebhookAttempt
+from jobs.observability.webhooks import INTERRUPTED
 from tests.client.conftest import BIN, Process, free_port, start_process
 from tests.jobs.observability.conftest import wait_until
+from tests.jobs.observability.hostile import RawReceiver, drip_body, drip_headers, gzip_bomb, pending_delivery
 from tests.support.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -50,7 +54,7 @@ def _env(redis_url: str) -> dict[str, str]:
     }
 
 
-def _send(env: dict[str, str], *sends: tuple[str, int | None]) -> None:
+def _send(env: dict[str, str], *sends: tuple[str, Any]) -> None:
     """Another process sends (as the web and the workers do: jobs.enqueue.send, no eager mode there)."""
     calls = "; ".join(f"enqueue.send({name!r}{'' if arg is None else f', {arg}'})" for name, arg in sends)
     code = f"import django; django.setup(); from jobs import enqueue; {calls}"
@@ -105,6 +109,62 @@ def test_a_delivery_lands_on_the_webhooks_queue_which_only_the_webhooks_worker_c
         )
     finally:
         webhooks.stop()
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def test_the_webhooks_worker_survives_agzip_bomb_and_drips_within_its_deadline(
+    redis_server: RedisServer, tmp_path: Path, make_user: Any, settings: Any
+) -> None:
+    """The deployed webhooks worker (webhooks.yaml's command, 4 threads) gets a gzip bomb (1 GiB inflated)
+    and two receivers that drip a byte a second for ever: its memory stays flat, every attempt is recorded
+    within the deadline, and it is still up and taking work afterwards."""
+    settings.WEBHOOK_ALLOW_HTTP = True
+    settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES = True
+    env = _env(redis_server.url) | {
+        "WEBHOOK_ALLOW_HTTP": "true",
+        "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",
+        "WEBHOOK_TIMEOUT_SECONDS": "2",
+        "WEBHOOK_RETRY_SCHEDULE": "600,600",
+    }
+    uma, _ = make_user("uma", roles.USER, ("team-a",))
+    bomb, drips = RawReceiver(gzip_bomb), [RawReceiver(drip_headers), RawReceiver(drip_body)]
+    worker = _deployed_worker("webhooks.yaml", "webhooks", env, tmp_path)
+    try:
+        deliveries = [pending_delivery(uma, r.url) for r in (bomb, *drips)]
+        wait_until(lambda: "ready" in worker.tail(), 60, f"the worker ready: {worker.tail()}")
+        time.sleep(1)
+        before = _rss_kib(worker.popen.pid)
+        started = time.monotonic()
+        _send(env, *((enqueue.WEBHOOK_DELIVER, d.pk) for d in deliveries))
+
+        def recorded() -> bool:
+            return (
+                WebhookAttempt.objects.filter(delivery__in=deliveries).exclude(error=INTERRUPTED).count() == 3
+            )
+
+        wait_until(recorded, 30, f"three attempts recorded: {worker.tail()}")
+        elapsed = time.monotonic() - started
+        grown = _rss_kib(worker.popen.pid) - before
+        assert worker.popen.poll() is None, worker.tail()
+        assert grown < 64 * 1024, f"the worker grew by {grown // 1024} MiB"
+        assert elapsed < 2 + 8, f"{elapsed:.1f} s for three attempts of a 2 s deadline, started together"
+        attempts = {a.delivery_id: a for a in WebhookAttempt.objects.filter(delivery__in=deliveries)}
+        assert attempts[deliveries[0].pk].status_code == 500 and "gzip" in attempts[deliveries[0].pk].error
+        for d in deliveries[1:]:
+            assert "timeout" in attempts[d.pk].error
+        # Still taking work.
+        _send(env, (enqueue.WEBHOOK_DELIVER, 0))
+        wait_until(lambda: _tasks_in(redis_server, "webhooks") == [], 30, "the next message taken")
+    finally:
+        worker.stop()
+        for receiver in (bomb, *drips):
+            receiver.close()
 
 
 def test_make_up_starts_the_same_two_workers() -> None:
