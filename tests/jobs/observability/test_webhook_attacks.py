@@ -152,7 +152,7 @@ def _send_guarded(delivery_id: int, within: float) -> float:
 # ---------------------------------------------------------------- a gzip bomb
 
 
-def test_agzip_bomb_is_read_a_few_kib_deep_and_never_inflated(
+def test_a_gzip_bomb_is_read_a_few_kib_deep_and_never_inflated(
     make_user: Any, raw_receiver: Callable[..., RawReceiver]
 ) -> None:
     uma, _ = make_user("uma", roles.USER, ("team-a",))

