@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
@@ -155,7 +156,7 @@ def endpoint_create(
     with transaction.atomic():
         # The owner's row is the lock: two creates at once count one after the other (one lock order: the
         # user, then their endpoints).
-        type(owner).objects.select_for_update().filter(pk=owner.pk).first()
+        get_user_model().objects.select_for_update().filter(pk=owner.pk).first()
         cap = int(settings.WEBHOOK_ENDPOINTS_PER_USER)
         if WebhookEndpoint.objects.filter(owner_id=owner.pk).count() >= cap:
             raise WebhookInputError(

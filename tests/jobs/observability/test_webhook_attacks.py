@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -365,3 +367,16 @@ def test_one_endpoint_more_than_the_cap_is_refused_naming_the_limit(make_user: A
     assert api.delete(f"/api/v1/webhooks/{first.pk}").status_code == 204
     again = api.post("/api/v1/webhooks", {"url": "https://hooks.example.com/5"}, format="json")
     assert again.status_code == 201
+
+
+def test_the_webhooks_page_refuses_one_endpoint_more_than_the_cap_too(make_user: Any, settings: Any) -> None:
+    """The page's form (request.user is a lazy object there) says the same as the API."""
+    settings.WEBHOOK_ENDPOINTS_PER_USER = 1
+    uma, _ = make_user("uma", roles.USER, ("team-a",))
+    page = Client()
+    page.force_login(uma)
+    url = reverse("dashboard:webhooks")
+    assert page.post(url, {"url": "https://hooks.example.com/1"}).status_code in (200, 302)
+    refused = page.post(url, {"url": "https://hooks.example.com/2"})
+    assert refused.status_code == 400 and "WEBHOOK_ENDPOINTS_PER_USER=1" in refused.content.decode()
+    assert WebhookEndpoint.objects.filter(owner=uma).count() == 1
