@@ -73,11 +73,13 @@ class Config:
     # Observability (jobs.observability): who may scrape /metrics, and how webhooks are delivered.
     metrics_token: str = ""
     webhook_retry_schedule: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
-    webhook_timeout_seconds: float = 10.0
+    webhook_timeout_seconds: float = 10.0  # one attempt's whole budget: connect, send, answer
     webhook_allow_http: bool = False
     webhook_allow_private_addresses: bool = False
     webhook_secret_grace_seconds: int = 24 * 3600
     webhook_sweep_seconds: int = 10
+    webhook_endpoints_per_user: int = 10
+    webhook_ca_bundle: str = ""  # PEM roots for receivers' certificates; "" = certifi's
     # The Celery worker runs this many tasks at once, in threads (a start waits on the API server); the
     # Kubernetes client keeps as many connections.
     worker_concurrency: int = DEFAULT_WORKER_CONCURRENCY
@@ -149,6 +151,14 @@ def _parse_trusted_proxies(env: Mapping[str, str]) -> tuple[str, ...]:
             "TRUSTED_PROXIES=10.0.0.0/8), and unset NUM_PROXIES"
         )
     return tuple(str(n) for n in networks)
+
+
+def _parse_ca_bundle(raw: str) -> str:
+    """WEBHOOK_CA_BUNDLE: a PEM file of the roots webhook receivers' certificates are verified against."""
+    path = raw.strip()
+    if path and not Path(path).is_file():
+        raise ConfigError(f"WEBHOOK_CA_BUNDLE={raw!r} is not a file (a PEM bundle of CA certificates)")
+    return path
 
 
 def _parse_proxy_ssl_header(raw: str) -> tuple[str, str] | None:
@@ -384,6 +394,10 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
             "WEBHOOK_SECRET_GRACE_SECONDS", env.get("WEBHOOK_SECRET_GRACE_SECONDS", "86400"), 0
         ),
         webhook_sweep_seconds=_parse_int("WEBHOOK_SWEEP_SECONDS", env.get("WEBHOOK_SWEEP_SECONDS", "10"), 1),
+        webhook_ca_bundle=_parse_ca_bundle(env.get("WEBHOOK_CA_BUNDLE", "")),
+        webhook_endpoints_per_user=_parse_int(
+            "WEBHOOK_ENDPOINTS_PER_USER", env.get("WEBHOOK_ENDPOINTS_PER_USER", "10"), 1
+        ),
         supervisor_interval_seconds=supervisor_interval,
         no_capacity_after_seconds=no_capacity_after,
         stuck_after_seconds=stuck_after,

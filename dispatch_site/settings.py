@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from celery.schedules import crontab
+from kombu import Exchange, Queue
 
 from dispatch_site.config import BASE_DIR, VAR_DIR, load_config
+from dispatch_site.worker_command import DEFAULT_QUEUE, QUEUES, WEBHOOKS_QUEUE
 
 CONFIG = load_config()
 
@@ -224,6 +226,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "socket_timeout": 5,
     "socket_connect_timeout": 5,
 }
+# Webhook deliveries on a queue of their own (dispatch_site.worker_command); every other task on the default.
+CELERY_TASK_QUEUES = [Queue(name, Exchange(name), routing_key=name) for name in QUEUES]
+CELERY_TASK_DEFAULT_QUEUE = DEFAULT_QUEUE
+CELERY_TASK_ROUTES = {"jobs.observability.tasks.webhook_deliver": {"queue": WEBHOOKS_QUEUE}}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
@@ -260,7 +266,10 @@ CELERY_BEAT_SCHEDULE["job-counts-compact"] = {
 }
 METRICS_TOKEN = CONFIG.metrics_token
 WEBHOOK_RETRY_SCHEDULE = CONFIG.webhook_retry_schedule
+# The whole budget of one attempt, not a per-read timeout (jobs.observability.webhook_send).
 WEBHOOK_TIMEOUT_SECONDS = CONFIG.webhook_timeout_seconds
+WEBHOOK_ENDPOINTS_PER_USER = CONFIG.webhook_endpoints_per_user
+WEBHOOK_CA_BUNDLE = CONFIG.webhook_ca_bundle
 WEBHOOK_ALLOW_HTTP = CONFIG.webhook_allow_http
 WEBHOOK_ALLOW_PRIVATE_ADDRESSES = CONFIG.webhook_allow_private_addresses
 WEBHOOK_SECRET_GRACE_SECONDS = CONFIG.webhook_secret_grace_seconds

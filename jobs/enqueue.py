@@ -29,7 +29,8 @@ def send(name: str, *args: Any, countdown: float | None = None) -> None:
 
     Sent without declaring its queue: Celery declares it before every message unless told not to (a tenth of
     a submission's enqueue), and a message for the default queue goes to it by name through the default
-    exchange, declared or not (the worker declares its queues when it starts)."""
+    exchange, declared or not (the worker declares its queues when it starts). A routed task (a webhook
+    delivery: CELERY_TASK_ROUTES) goes the same way to its own queue by name."""
     signature = current_app.signature(name, args=args)
     if countdown is None:
         signature.apply_async(declare=[])

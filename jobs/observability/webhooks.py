@@ -12,6 +12,10 @@
 - A failed attempt is retried on the schedule WEBHOOK_RETRY_SCHEDULE (exponential, over hours by default);
   when every attempt of a delivery failed, the endpoint is disabled and says why; re-enabling it sends what
   waited, in order.
+- Each attempt is counted, and the next one scheduled, by the claim itself, before the POST: a worker that
+  dies while sending cannot keep an attempt off the endpoint's count. The POST itself is bounded in time and
+  in what it reads (jobs.observability.webhook_send), and runs on the `webhooks` queue's own worker.
+- A user has at most WEBHOOK_ENDPOINTS_PER_USER endpoints.
 """
 
 from __future__ import annotations
@@ -20,15 +24,14 @@ import ipaddress
 import json
 import logging
 import socket
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlparse
 
-import requests
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
@@ -36,7 +39,7 @@ from django.utils import timezone
 from dispatch_site import metrics, roles
 from dispatch_site.audit import audit_record
 from jobs import enqueue
-from jobs.observability import feed, payloads, signing
+from jobs.observability import feed, payloads, signing, webhook_send
 from jobs.observability.models import (
     Change,
     DeliveryState,
@@ -44,13 +47,13 @@ from jobs.observability.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
+from jobs.observability.webhook_send import AttemptResult
 
 logger = logging.getLogger(__name__)
 
 FANOUT_BATCH = 1000
-CLAIM_SECONDS = 120  # longer than one attempt (connect + read timeout)
+CLAIM_SECONDS = 120  # at least; longer than one attempt's whole deadline (_claim_seconds)
 COUNTDOWN_MAX = 300  # a retry due within this is sent by a countdown; later ones by the sweep
-ERROR_CHARS = 500
 ALL_NAMESPACES = "*"
 # The outcomes of one delivery attempt (dispatch_webhook_deliveries{outcome}).
 OUTCOME_DELIVERED, OUTCOME_FAILED, OUTCOME_DISABLED = "delivered", "failed", "disabled"
@@ -141,7 +144,7 @@ def endpoint_create(
     event_types: Sequence[str] = (),
 ) -> tuple[WebhookEndpoint, str]:
     """A new endpoint and its secret (returned once: only a digest-free copy is kept, to sign with). It
-    receives the changes made from now on."""
+    receives the changes made from now on. A user has at most WEBHOOK_ENDPOINTS_PER_USER endpoints."""
     # Where the host resolves to is checked on every send (a name can point elsewhere later).
     problem = url_problem(url, resolve=False)
     if problem:
@@ -150,15 +153,26 @@ def endpoint_create(
     _check_namespace(owner, namespace)
     feed.sequence()
     secret = signing.new_secret()
-    endpoint = WebhookEndpoint.objects.create(
-        owner=owner,
-        url=url,
-        namespace=namespace,
-        description=description,
-        event_types=types,
-        secret=secret,
-        fanned_seq=feed.latest_seq(),
-    )
+    with transaction.atomic():
+        # The owner's row is the lock: two creates at once count one after the other (one lock order: the
+        # user, then their endpoints).
+        get_user_model().objects.select_for_update().filter(pk=owner.pk).first()
+        cap = int(settings.WEBHOOK_ENDPOINTS_PER_USER)
+        if WebhookEndpoint.objects.filter(owner_id=owner.pk).count() >= cap:
+            raise WebhookInputError(
+                "non_field_errors",
+                f"you have {cap} webhook endpoints, the most one user may have "
+                f"(WEBHOOK_ENDPOINTS_PER_USER={cap}): delete one, or subscribe one endpoint to more events",
+            )
+        endpoint = WebhookEndpoint.objects.create(
+            owner=owner,
+            url=url,
+            namespace=namespace,
+            description=description,
+            event_types=types,
+            secret=secret,
+            fanned_seq=feed.latest_seq(),
+        )
     audit_record(
         actor=owner,
         action="webhook.create",
@@ -358,44 +372,27 @@ def _head(endpoint_id: int, job_id: str) -> int | None:
 # ---------------------------------------------------------------- sending
 
 
+INTERRUPTED = (
+    "no outcome recorded: the attempt is in flight, or its worker stopped while sending (it counts as a "
+    "failed attempt)"
+)
+
+
+def _claim_seconds() -> float:
+    """A claim outlives its attempt (the whole deadline) with room to record the outcome."""
+    return max(CLAIM_SECONDS, float(settings.WEBHOOK_TIMEOUT_SECONDS) + 60)
+
+
 @dataclass(frozen=True)
-class AttemptResult:
-    status: int | None
-    latency_ms: int
-    error: str
-
-    @property
-    def ok(self) -> bool:
-        return self.status is not None and 200 <= self.status < 300
+class Claim:
+    delivery: WebhookDelivery
+    attempt: WebhookAttempt
+    claim_until: datetime
 
 
-def _post(url: str, body: str, headers: dict[str, str]) -> AttemptResult:
-    problem = url_problem(url)
-    if problem:
-        return AttemptResult(status=None, latency_ms=0, error=f"not sent: the URL {problem}")
-    started = time.monotonic()
-    try:
-        response = requests.post(
-            url,
-            data=body.encode(),
-            headers=headers,
-            timeout=(3.0, float(settings.WEBHOOK_TIMEOUT_SECONDS)),
-            allow_redirects=False,
-        )
-        latency = int((time.monotonic() - started) * 1000)
-        error = "" if 200 <= response.status_code < 300 else response.text[:ERROR_CHARS]
-        return AttemptResult(status=response.status_code, latency_ms=latency, error=error)
-    except requests.RequestException as exc:
-        latency = int((time.monotonic() - started) * 1000)
-        return AttemptResult(
-            status=None, latency_ms=latency, error=f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
-        )
-
-
-def _claim(delivery_id: int, now: datetime) -> bool:
-    """Compare-and-set: this delivery is pending, due, at the head of its job's line, its endpoint active, and
-    nobody else is sending it."""
-    claimable = (
+def _claimable(delivery_id: int, now: datetime) -> QuerySet[WebhookDelivery]:
+    """Pending, due, at the head of its job's line, its endpoint active, and nobody else sending it."""
+    return (
         WebhookDelivery.objects.filter(
             pk=delivery_id,
             state=DeliveryState.PENDING,
@@ -405,15 +402,57 @@ def _claim(delivery_id: int, now: datetime) -> bool:
         .filter(Q(claim_until__isnull=True) | Q(claim_until__lt=now))
         .filter(~_earlier_pending())
     )
-    ids = list(claimable.values_list("pk", flat=True))
-    if not ids:
-        return False
-    taken = (
-        WebhookDelivery.objects.filter(pk=delivery_id, state=DeliveryState.PENDING)
-        .filter(Q(claim_until__isnull=True) | Q(claim_until__lt=now))
-        .update(claim_until=now + timedelta(seconds=CLAIM_SECONDS))
-    )
-    return taken == 1
+
+
+def _claim(delivery_id: int, now: datetime) -> Claim | None:
+    """Compare-and-set on (state, attempts, claim): the attempt is counted, and the next one scheduled, in the
+    claim itself, before anything is sent. A worker that dies mid-send leaves an attempt that counts against
+    the endpoint and a delivery due again on the schedule once the claim expires. A delivery whose schedule
+    was spent that way (its last attempt never came back) fails here, and its endpoint is disabled."""
+    found = _claimable(delivery_id, now).values_list("attempts", flat=True).first()
+    if found is None:
+        return None
+    attempts = int(found)
+    schedule = retry_schedule()
+    free = Q(claim_until__isnull=True) | Q(claim_until__lt=now)
+    if attempts > len(schedule):
+        _give_up(delivery_id, attempts, now, free)
+        return None
+    number = attempts + 1
+    claim_until = now + timedelta(seconds=_claim_seconds())
+    last = number > len(schedule)
+    due_again = claim_until if last else now + timedelta(seconds=float(schedule[number - 1]))
+    with transaction.atomic():
+        taken = (
+            WebhookDelivery.objects.filter(pk=delivery_id, state=DeliveryState.PENDING, attempts=attempts)
+            .filter(free)
+            .update(
+                claim_until=claim_until,
+                attempts=number,
+                next_attempt_at=due_again,
+                last_status=None,
+                last_error=INTERRUPTED,
+            )
+        )
+        if taken != 1:
+            return None
+        attempt = WebhookAttempt.objects.create(
+            delivery_id=delivery_id, number=number, at=now, status_code=None, latency_ms=0, error=INTERRUPTED
+        )
+    delivery = WebhookDelivery.objects.select_related("endpoint").get(pk=delivery_id)
+    return Claim(delivery=delivery, attempt=attempt, claim_until=claim_until)
+
+
+def _give_up(delivery_id: int, attempts: int, now: datetime, free: Q) -> None:
+    with transaction.atomic():
+        failed = (
+            WebhookDelivery.objects.filter(pk=delivery_id, state=DeliveryState.PENDING, attempts=attempts)
+            .filter(free)
+            .update(state=DeliveryState.FAILED, claim_until=None)
+        )
+        if failed == 1:
+            delivery = WebhookDelivery.objects.get(pk=delivery_id)
+            _disable(delivery, delivery.endpoint_id, attempts, now, delivery.last_error or INTERRUPTED)
 
 
 def retry_schedule() -> list[float]:
@@ -421,74 +460,82 @@ def retry_schedule() -> list[float]:
 
 
 def delivery_send(*, delivery_id: int) -> None:
-    """One attempt at one delivery (see the module docstring); the task calls it with the primary key."""
+    """One attempt at one delivery (see the module docstring); the task calls it with the primary key. The
+    attempt is recorded before the POST (see _claim), its outcome after it."""
     now = timezone.now()
-    if not _claim(delivery_id, now):
+    claim = _claim(delivery_id, now)
+    if claim is None:
         return
-    delivery = WebhookDelivery.objects.select_related("endpoint").get(pk=delivery_id)
-    endpoint = delivery.endpoint
+    delivery, endpoint = claim.delivery, claim.delivery.endpoint
     body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True)
     headers = signing.headers(signing_secrets(endpoint, now), delivery.msg_id, int(now.timestamp()), body)
     headers["User-Agent"] = "dispatch-webhooks/1"
-    result = _post(endpoint.url, body, headers)
+    problem = url_problem(endpoint.url)
+    if problem:
+        result = AttemptResult(status=None, latency_ms=0, error=f"not sent: the URL {problem}")
+    else:
+        result = webhook_send.post(
+            endpoint.url,
+            body,
+            headers,
+            deadline=float(settings.WEBHOOK_TIMEOUT_SECONDS),
+            cafile=settings.WEBHOOK_CA_BUNDLE,
+        )
     metrics.WEBHOOK_DELIVERY_SECONDS.observe(result.latency_ms / 1000)
-    _record(delivery, endpoint, result, now)
+    _record(claim, result)
 
 
-def _record(
-    delivery: WebhookDelivery, endpoint: WebhookEndpoint, result: AttemptResult, at: datetime
-) -> None:
+def _record(claim: Claim, result: AttemptResult) -> None:
+    """The outcome of the attempt _claim recorded. Only while the claim is still this attempt's: one that
+    outlived its claim (another sender took the delivery over) records its own attempt row, nothing else."""
+    delivery, endpoint = claim.delivery, claim.delivery.endpoint
     now = timezone.now()
-    number = delivery.attempts + 1
+    number = delivery.attempts
     schedule = retry_schedule()
     countdown: float | None = None
     with transaction.atomic():
-        WebhookAttempt.objects.create(
-            delivery=delivery,
-            number=number,
-            at=at,
-            status_code=result.status,
-            latency_ms=result.latency_ms,
-            error=result.error,
+        WebhookAttempt.objects.filter(pk=claim.attempt.pk).update(
+            status_code=result.status, latency_ms=result.latency_ms, error=result.error
+        )
+        mine = WebhookDelivery.objects.filter(
+            pk=delivery.pk, state=DeliveryState.PENDING, attempts=number, claim_until=claim.claim_until
         )
         common = {
-            "attempts": number,
             "last_status": result.status,
             "last_latency_ms": result.latency_ms,
             "last_error": result.error,
             "claim_until": None,
         }
         if result.ok:
-            WebhookDelivery.objects.filter(pk=delivery.pk).update(
-                state=DeliveryState.DELIVERED, delivered_at=now, **common
-            )
-            metrics.WEBHOOK_DELIVERIES.labels(OUTCOME_DELIVERED).inc()
-            transaction.on_commit(lambda: _send_head(endpoint.pk, delivery.job_id), robust=True)
+            if mine.update(state=DeliveryState.DELIVERED, delivered_at=now, **common):
+                metrics.WEBHOOK_DELIVERIES.labels(OUTCOME_DELIVERED).inc()
+                transaction.on_commit(lambda: _send_head(endpoint.pk, delivery.job_id), robust=True)
         elif number > len(schedule):
-            WebhookDelivery.objects.filter(pk=delivery.pk).update(state=DeliveryState.FAILED, **common)
-            reason = (
-                f"disabled at {now:%Y-%m-%d %H:%M:%S} UTC: message {delivery.msg_id} ({delivery.event_type}, "
-                f"job {delivery.job_id}) failed {number} attempts since "
-                f"{delivery.created_at:%Y-%m-%d %H:%M:%S}; "
-                f"the last one: {_outcome(result)}. Fix the receiver, then enable the endpoint again: what "
-                "waited is sent in order."
-            )
-            WebhookEndpoint.objects.filter(pk=endpoint.pk, active=True).update(
-                active=False, disabled_at=now, disabled_reason=reason, updated_at=now
-            )
-            metrics.WEBHOOK_DELIVERIES.labels(OUTCOME_DISABLED).inc()
-            logger.warning("webhook endpoint %s %s", endpoint.pk, reason)
-        else:
-            delay = float(schedule[number - 1])
-            WebhookDelivery.objects.filter(pk=delivery.pk).update(
-                next_attempt_at=now + timedelta(seconds=delay), **common
-            )
+            if mine.update(state=DeliveryState.FAILED, **common):
+                _disable(delivery, endpoint.pk, number, now, _outcome(result))
+        elif mine.update(**common):
             metrics.WEBHOOK_DELIVERIES.labels(OUTCOME_FAILED).inc()
+            delay = float(schedule[number - 1])
             countdown = delay if delay <= COUNTDOWN_MAX else None
         if countdown is not None:
             transaction.on_commit(
                 lambda: enqueue.send(enqueue.WEBHOOK_DELIVER, delivery.pk, countdown=countdown), robust=True
             )
+
+
+def _disable(delivery: WebhookDelivery, endpoint_id: int, attempts: int, now: datetime, last: str) -> None:
+    reason = (
+        f"disabled at {now:%Y-%m-%d %H:%M:%S} UTC: message {delivery.msg_id} ({delivery.event_type}, "
+        f"job {delivery.job_id}) failed {attempts} attempts since "
+        f"{delivery.created_at:%Y-%m-%d %H:%M:%S}; "
+        f"the last one: {last}. Fix the receiver, then enable the endpoint again: what "
+        "waited is sent in order."
+    )
+    WebhookEndpoint.objects.filter(pk=endpoint_id, active=True).update(
+        active=False, disabled_at=now, disabled_reason=reason, updated_at=now
+    )
+    metrics.WEBHOOK_DELIVERIES.labels(OUTCOME_DISABLED).inc()
+    logger.warning("webhook endpoint %s %s", endpoint_id, reason)
 
 
 def _send_head(endpoint_id: int, job_id: str) -> None:

@@ -31,7 +31,13 @@ from tests.support.dispatch import wait_for
 pytestmark = [pytest.mark.cluster]
 
 BASE = REPO / "deploy" / "base"
-DEPLOYMENTS = {"dispatch-web": 2, "dispatch-worker": 2, "dispatch-beat": 1, "dispatch-supervisor": 1}
+DEPLOYMENTS = {
+    "dispatch-web": 2,
+    "dispatch-worker": 2,
+    "dispatch-webhooks": 1,
+    "dispatch-beat": 1,
+    "dispatch-supervisor": 1,
+}
 
 
 @pytest.fixture
@@ -51,6 +57,40 @@ def example_namespaces(kube: Any, example_manifests: list[dict[str, Any]]) -> It
     for name in made:
         if name != DISPATCH_NAMESPACE:  # the ServiceAccount fixture may be using it
             kube.core.delete_namespace(name, propagation_policy="Background")
+
+
+def base_container(file: str) -> dict[str, Any]:
+    """The one container of a Deployment in deploy/base (read as written: no plane needed)."""
+    deployment = yaml.safe_load((BASE / file).read_text())
+    containers: list[dict[str, Any]] = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def _queues(command: list[str]) -> list[str]:
+    assert command.count("-Q") == 1, command
+    return command[command.index("-Q") + 1].split(",")
+
+
+def test_webhook_deliveries_have_a_worker_deployment_of_their_own_with_few_threads() -> None:
+    """The webhooks queue is consumed by dispatch-webhooks only; dispatch-worker (which starts TrainJobs)
+    consumes the default queue only. Same pod shape as the worker's, smaller."""
+    kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
+    assert "webhooks.yaml" in kustomization["resources"]
+    worker, webhooks = (
+        yaml.safe_load((BASE / "worker.yaml").read_text()),
+        yaml.safe_load((BASE / "webhooks.yaml").read_text()),
+    )
+    assert webhooks["metadata"]["name"] == "dispatch-webhooks"
+    assert webhooks["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "webhooks"
+    assert _queues(base_container("worker.yaml")["command"]) == ["celery"]
+    assert _queues(base_container("webhooks.yaml")["command"]) == ["webhooks"]
+    env = {e["name"]: e["value"] for e in base_container("webhooks.yaml")["env"]}
+    assert 1 <= int(env["WORKER_CONCURRENCY"]) <= 8
+    for key in ("securityContext", "serviceAccountName", "enableServiceLinks", "initContainers", "volumes"):
+        assert webhooks["spec"]["template"]["spec"][key] == worker["spec"]["template"]["spec"][key], key
+    container, worker_container = base_container("webhooks.yaml"), base_container("worker.yaml")
+    assert container["securityContext"] == worker_container["securityContext"]
 
 
 def test_the_example_overlay_is_accepted_by_a_server_side_dry_run(

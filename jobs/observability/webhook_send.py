@@ -1,0 +1,113 @@
+"""One webhook POST, bounded whatever the receiver does: a worker's thread and memory are never the
+receiver's to keep.
+
+- A total deadline (WEBHOOK_TIMEOUT_SECONDS) for the whole attempt: connecting, sending, the status line and
+  headers, and the part of the body that is read. A receiver that drips one byte a second is cut off at the
+  deadline, where a per-read timeout (requests, urllib3) would wait for ever. aiohttp (already installed: the
+  Kubernetes client depends on it) reads with non-blocking sockets, so asyncio's timeout cancels the attempt
+  wherever it waits; aiohttp also caps the status line and each header at 8 KiB.
+- At most RESPONSE_BYTES of the body are read, as bytes on the wire: nothing is decompressed
+  (auto_decompress=False), so a gzip bomb stays a few KiB. Then the connection is closed.
+- No redirects, no proxy from the environment, TLS verified against certifi's roots (what requests used), or
+  the PEM roots of WEBHOOK_CA_BUNDLE (receivers behind a private CA; the tests' own CA).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from dataclasses import dataclass
+from functools import cache
+
+import aiohttp
+import certifi
+
+RESPONSE_BYTES = 4096  # of the body, read as sent (still encoded): enough for an error message
+ERROR_CHARS = 500
+CONNECT_SECONDS = 3.0
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    status: int | None
+    latency_ms: int
+    error: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+
+@cache
+def _tls(cafile: str) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=cafile or certifi.where())
+
+
+def _body_text(raw: bytes, encoding: str) -> str:
+    """What an error answer said, for the attempt log: its first bytes as text. An encoded body (gzip, br,
+    ...) is not decoded: it is named instead."""
+    if encoding and encoding.lower() != "identity":
+        return f"(a {encoding}-encoded body of which dispatch reads and decodes nothing)"
+    return raw.decode("utf-8", "replace").replace("\x00", "\ufffd")[:ERROR_CHARS]  # PostgreSQL text: no NUL
+
+
+async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    raw = b""
+    while len(raw) < limit:
+        chunk = await response.content.read(limit - len(raw))
+        if not chunk:
+            break
+        raw += chunk
+    return raw
+
+
+async def _post_async(
+    url: str, body: bytes, headers: dict[str, str], deadline: float, cafile: str
+) -> tuple[int, str]:
+    timeout = aiohttp.ClientTimeout(total=deadline, connect=min(CONNECT_SECONDS, deadline))
+    connector = aiohttp.TCPConnector(ssl=_tls(cafile), force_close=True, limit=1)
+    async with (
+        aiohttp.ClientSession(
+            timeout=timeout, connector=connector, auto_decompress=False, trust_env=False
+        ) as session,
+        session.post(url, data=body, headers=headers, allow_redirects=False) as response,
+    ):
+        if 200 <= response.status < 300:
+            response.close()  # the answer's body is not needed: close rather than read it
+            return response.status, ""
+        raw = await _read_capped(response, RESPONSE_BYTES)
+        response.close()
+        return response.status, _body_text(raw, response.headers.get("Content-Encoding", ""))
+
+
+async def _bounded(
+    url: str, body: bytes, headers: dict[str, str], deadline: float, cafile: str
+) -> tuple[int, str]:
+    # aiohttp's total timeout covers the request; this one also covers the session's set-up and teardown.
+    async with asyncio.timeout(deadline):
+        return await _post_async(url, body, headers, deadline, cafile)
+
+
+def post(url: str, body: str, headers: dict[str, str], *, deadline: float, cafile: str = "") -> AttemptResult:
+    """POST `body` to `url` within `deadline` seconds in all; the status and, for an error, the first
+    ERROR_CHARS of the answer's first RESPONSE_BYTES. Never raises for what the receiver does. TLS is verified
+    against `cafile` (PEM roots), certifi's roots when empty."""
+    started = time.monotonic()
+
+    def latency() -> int:
+        return int((time.monotonic() - started) * 1000)
+
+    try:
+        status, error = asyncio.run(_bounded(url, body.encode(), headers, deadline, cafile))
+    except TimeoutError:
+        return AttemptResult(
+            status=None,
+            latency_ms=latency(),
+            error=f"timeout: no complete answer within {deadline:g} s (WEBHOOK_TIMEOUT_SECONDS, the whole "
+            "attempt's budget)",
+        )
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        error = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
+        return AttemptResult(status=None, latency_ms=latency(), error=error)
+    return AttemptResult(status=status, latency_ms=latency(), error=error)
