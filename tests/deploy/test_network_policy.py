@@ -1,8 +1,8 @@
 """deploy/'s NetworkPolicies, as a connectivity analysis of the rendered manifests (tests/support/netpol.py):
 a training pod of a team namespace reaches neither Redis nor PostgreSQL, whatever labels it carries, while
-dispatch's own pods reach them, the API server, the cluster DNS and (the workers) HTTPS receivers; the web
-takes connections from the ingress controller's namespace only. That the API server accepts the policies is
-test_deploy.py's server-side dry run of the same overlay."""
+dispatch's own pods reach them, the API server, the cluster DNS and (the webhooks worker) HTTPS receivers;
+the web takes connections from the ingress controller's namespace only. That the API server accepts the
+policies is test_deploy.py's server-side dry run of the same overlay."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tests.support.deploy import CLUSTER_SCRIPT, DISPATCH_NAMESPACE, EXAMPLE_OVE
 from tests.support.netpol import Address, Network, Pod, pods_of
 
 BASE = REPO / "deploy" / "base"
-DISPATCH_COMPONENTS = {"web", "worker", "beat", "supervisor", "migrate"}
+DISPATCH_COMPONENTS = {"web", "worker", "webhooks", "beat", "supervisor", "migrate"}
 INGRESS_NAMESPACE = "ingress-nginx"  # deploy/overlays/example/ingress.yaml's controller
 API_SERVER = Address("10.0.0.2")  # deploy/overlays/example/kustomization.yaml
 REDIS_PORT, POSTGRES_PORT, WEB_PORT, METRICS_PORT = 6379, 5432, 8000, 9100
@@ -151,17 +151,19 @@ def test_the_api_server_is_reached_by_the_pods_that_talk_to_it(
     for component in ("web", "worker", "beat", "supervisor"):
         for port in (443, 6443):
             assert network.connects(pods[component], API_SERVER, port), component
-    # The migration has no token (automountServiceAccountToken: false) and no reason to.
-    assert not network.connects(pods["migrate"], API_SERVER, 443)
+    # The migration has no token (automountServiceAccountToken: false) and no reason to; webhook deliveries
+    # never talk to Kubernetes.
+    for component in ("migrate", "webhooks"):
+        assert not network.connects(pods[component], API_SERVER, 443), component
 
 
-def test_only_the_workers_deliver_webhooks_and_only_to_public_https(
+def test_only_the_webhooks_worker_delivers_and_only_to_public_https(
     network: Network, pods: dict[str, Pod]
 ) -> None:
     public = Address("203.0.113.10")
-    assert network.connects(pods["worker"], public, 443)
-    assert network.connects(pods["worker"], Address("2001:db8::10"), 443)
-    assert not network.connects(pods["worker"], public, 80)
+    assert network.connects(pods["webhooks"], public, 443)
+    assert network.connects(pods["webhooks"], Address("2001:db8::10"), 443)
+    assert not network.connects(pods["webhooks"], public, 80)
     for private in (
         "169.254.169.254",
         "100.100.100.200",
@@ -170,8 +172,9 @@ def test_only_the_workers_deliver_webhooks_and_only_to_public_https(
         "172.16.0.1",
         "fd00::1",
     ):
-        assert not network.connects(pods["worker"], Address(private), 443), private
-    for component in ("web", "beat", "supervisor", "migrate"):
+        assert not network.connects(pods["webhooks"], Address(private), 443), private
+    # The worker that starts TrainJobs no longer delivers (deploy/base/worker.yaml: -Q celery).
+    for component in ("web", "worker", "beat", "supervisor", "migrate"):
         assert not network.connects(pods[component], public, 443), component
 
 
