@@ -194,17 +194,17 @@ def _parse_database(url: str) -> dict[str, Any]:
     scheme = urlparse(url).scheme
     if scheme not in ("sqlite", "postgres", "postgresql", "pgsql"):
         raise ConfigError(
-            f"DATABASE_URL={url!r} is not supported: use postgres://user:pass@host:port/name or sqlite:///path"
+            f"DATABASE_URL={_redacted(url)!r} is not supported: use postgres://user:pass@host:port/name or sqlite:///path"
         )
     try:
         database: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=60))
     except ValueError as exc:
-        raise ConfigError(f"DATABASE_URL={url!r} cannot be parsed: {exc}") from None
+        raise ConfigError(f"DATABASE_URL={_redacted(url)!r} cannot be parsed: {exc}") from None
     if database["ENGINE"].endswith("sqlite3"):
         database["CONN_MAX_AGE"] = 0
         database["OPTIONS"] = SQLITE_OPTIONS
     elif not database.get("NAME"):
-        raise ConfigError(f"DATABASE_URL={url!r} names no database")
+        raise ConfigError(f"DATABASE_URL={_redacted(url)!r} names no database")
     else:
         options = database.get("OPTIONS", {})
         database["OPTIONS"] = {**options, **_prepare_threshold(url, options)}
@@ -225,13 +225,14 @@ def _prepare_threshold(url: str, options: dict[str, Any]) -> dict[str, Any]:
         return {"prepare_threshold": None}
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(
-            f"DATABASE_URL={url!r}: prepare_threshold must be a whole number of calls or none, not {value!r}"
+            f"DATABASE_URL={_redacted(url)!r}: prepare_threshold must be a whole number of calls or none, "
+            f"not {value!r}"
         )
     return {"prepare_threshold": value}
 
 
 def _redacted(url: str) -> str:
-    """The URL with its password replaced, for an error message (REDIS_URL carries Redis's password)."""
+    """The URL with its password replaced, for an error message (DATABASE_URL and REDIS_URL carry one)."""
     parsed = urlparse(url)
     if parsed.password is None:
         return url

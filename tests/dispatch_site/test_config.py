@@ -74,6 +74,22 @@ def test_bad_settings_name_the_variable(env: dict[str, str], message: str) -> No
     assert message in str(excinfo.value)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql://dispatch:hunter2secret@db.example/dispatch",
+        "postgres://dispatch:hunter2secret@db.example:5432/",
+        "postgres://dispatch:hunter2secret@db.example:5432/d?prepare_threshold=often",
+    ],
+)
+def test_a_bad_database_url_is_named_without_its_password(url: str) -> None:
+    """The error goes to the pod's log (and preflight's one line): it names the URL, never the password."""
+    with pytest.raises(ConfigError) as excinfo:
+        load_config({"DATABASE_URL": url})
+    assert "hunter2secret" not in str(excinfo.value)
+    assert "dispatch:***@db.example" in str(excinfo.value)
+
+
 def test_production_needs_explicit_hosts_and_key() -> None:
     config = load_config({"DEBUG": "false", "SECRET_KEY": "s3cret", "ALLOWED_HOSTS": "dispatch.example.com"})
     assert config.allowed_hosts == ("dispatch.example.com",)
