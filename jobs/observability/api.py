@@ -180,8 +180,9 @@ class WebhookListCreateApi(APIView):
     @extend_schema(
         operation_id="webhooks_create",
         request=EndpointInputSerializer,
-        responses={201: NewEndpointSerializer, 403: DetailSerializer},
-        summary="Subscribe an HTTPS endpoint to job events (the secret is in this answer only)",
+        responses={201: NewEndpointSerializer, 403: DetailSerializer, 409: DetailSerializer},
+        summary="Subscribe an HTTPS endpoint to job events (the secret is in this answer only); 409 when you "
+        "already have WEBHOOK_ENDPOINTS_PER_USER endpoints",
     )
     def post(self, request: Request) -> Response:
         serializer = EndpointInputSerializer(data=request.data)
@@ -199,6 +200,8 @@ class WebhookListCreateApi(APIView):
             raise _input_error(exc) from None
         except webhooks.NotAllowed as exc:
             raise PermissionDenied(str(exc)) from None
+        except webhooks.TooManyEndpoints as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         body = NewEndpointSerializer(endpoint).to_representation(endpoint) | {"secret": secret}
         return Response(
             body, status=status.HTTP_201_CREATED, headers={"Location": f"/api/v1/webhooks/{endpoint.pk}"}

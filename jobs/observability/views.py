@@ -60,6 +60,8 @@ def webhooks_page(request: HttpRequest) -> HttpResponse:
             form.add_error(exc.field if exc.field in form.fields else None, str(exc))
         except webhooks.NotAllowed as exc:
             form.add_error("namespace", str(exc))
+        except webhooks.TooManyEndpoints as exc:
+            form.add_error(None, str(exc))
         else:
             messages.success(request, f"Webhook {endpoint.pk} created: it receives changes from now on.")
             form = EndpointForm()

@@ -72,6 +72,11 @@ class NotAllowed(PermissionError):
     pass
 
 
+class TooManyEndpoints(Exception):
+    """The owner already has WEBHOOK_ENDPOINTS_PER_USER endpoints: a conflict with what exists (409), not a
+    bad field; deleting one makes room."""
+
+
 # ---------------------------------------------------------------- addresses
 
 
@@ -159,10 +164,9 @@ def endpoint_create(
         get_user_model().objects.select_for_update().filter(pk=owner.pk).first()
         cap = int(settings.WEBHOOK_ENDPOINTS_PER_USER)
         if WebhookEndpoint.objects.filter(owner_id=owner.pk).count() >= cap:
-            raise WebhookInputError(
-                "non_field_errors",
+            raise TooManyEndpoints(
                 f"you have {cap} webhook endpoints, the most one user may have "
-                f"(WEBHOOK_ENDPOINTS_PER_USER={cap}): delete one, or subscribe one endpoint to more events",
+                f"(WEBHOOK_ENDPOINTS_PER_USER={cap}): delete one, or subscribe one endpoint to more events"
             )
         endpoint = WebhookEndpoint.objects.create(
             owner=owner,
