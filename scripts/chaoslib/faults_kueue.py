@@ -44,6 +44,13 @@ def fault_kueue_wave(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
             json={"kueue_priority_classes": {namespace: [kueue_names["low"], kueue_names["high"]]}},
         )
         allowed = answer.status_code if answer is not None else None
+        if allowed == 200:
+            # Each web process reads the site settings through a cache at most PLAN_RUNTIME_MAX_AGE old (the
+            # PATCH cleared only its own process's): a submission within that window may be judged on the
+            # settings before it (seen in a CI run: priority-class-not-allowed right after the PATCH's 200).
+            from jobs.submission.planning import PLAN_RUNTIME_MAX_AGE
+
+            time.sleep(PLAN_RUNTIME_MAX_AGE + 0.5)
     lows = [
         JobPlan(index=base + i, kind=KUEUE_LOW, at=at, policy="retry", duration=plan.kueue_low_duration)
         for i in range(2)
