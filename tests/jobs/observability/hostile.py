@@ -75,10 +75,13 @@ class RawReceiver:
 
 
 def pending_delivery(owner: Any, url: str) -> WebhookDelivery:
-    """An endpoint and one change of one job for it, fanned out into a due delivery that nobody sent yet
-    (the endpoint is paused during the fan-out, so the in-process task does not send it at once)."""
+    """An endpoint and one change of one job for it, fanned out into a due delivery that nobody sent yet.
+    Every endpoint is paused during the fan-out, so the in-process task sends nothing at once: the fan-out
+    also gives the endpoints an earlier call made a delivery of this job, and those would otherwise be sent
+    here, to their receivers, before the test has begun."""
     endpoint, _ = webhooks.endpoint_create(owner=owner, url=url)
-    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(active=False)
+    active = list(WebhookEndpoint.objects.filter(active=True).values_list("pk", flat=True))
+    WebhookEndpoint.objects.filter(pk__in=active).update(active=False)
     job = Job.objects.create(
         id=new_job_id(),
         owner=owner,
@@ -92,7 +95,7 @@ def pending_delivery(owner: Any, url: str) -> WebhookDelivery:
         job=job, attempt=1, kind="transition", from_state="queued", to_state="running", message="running"
     )
     webhooks.fanout()
-    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(active=True)
+    WebhookEndpoint.objects.filter(pk__in=active).update(active=True)
     return WebhookDelivery.objects.get(endpoint=endpoint)
 
 
