@@ -1,7 +1,11 @@
 """Webhook deliveries travel on their own queue, through a real Redis (a redis-server this test starts): a
 process sends them the way dispatch does (jobs.enqueue, the app's routing), the message is read where it
 landed, and real workers started with the commands of deploy/base (worker.yaml: the default queue; and
-webhooks.yaml: the webhooks queue) show which of them takes it. scripts/up starts the same two."""
+webhooks.yaml: the webhooks queue) show which of them takes it. scripts/up starts the same two.
+
+These tests live outside tests/jobs/observability on purpose: that package's stack (a worker and a beat that
+sweep due deliveries every second) runs on the same test database for the whole package, and in a full run
+it sent this module's deliveries itself, with its own 5 s deadline, before the worker under test got them."""
 
 from __future__ import annotations
 
