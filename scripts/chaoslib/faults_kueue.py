@@ -4,6 +4,8 @@ high-priority one; a low Workload must be preempted. Also the run's own queues a
 from __future__ import annotations
 
 import contextlib
+import functools
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -78,35 +80,26 @@ def fault_kueue_wave(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
     # second low job, which had not started yet and was the one preempted: seed 3.) dispatch ends a
     # preempted attempt within a second or so, deleting its TrainJob and its Workload: polled closely.
     high = JobPlan(index=base + 9, kind=KUEUE_HIGH, at=at, policy="retry", duration=3.0)
-    high_entry = submit(ctx, high, extra(kueue_names["high"]))
-    preempted: list[dict[str, Any]] = []
-    # The high job's start may wait for the stale sweep (a worker killed with it, seed 3): up to 2 min.
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and not preempted:
-        for wl in kube.custom.list_namespaced_custom_object(
-            "kueue.x-k8s.io", "v1beta2", namespace, "workloads", _request_timeout=10
-        )["items"]:
-            conditions = {c["type"]: c for c in (wl.get("status") or {}).get("conditions") or []}
-            evicted = conditions.get("Evicted") or {}
-            if (evicted.get("status") == "True" and evicted.get("reason") == "Preempted") or (
-                conditions.get("Preempted") or {}
-            ).get("status") == "True":
-                owner = next(
-                    (o for o in wl["metadata"].get("ownerReferences") or [] if o.get("kind") == "TrainJob"),
-                    None,
-                )
-                job_id, _, attempt = str((owner or {}).get("name", "")).rpartition("-")
-                if job_id not in low_ids:
-                    continue
-                preempted.append(
-                    {
-                        "workload": wl["metadata"]["name"],
-                        "job": job_id,
-                        "attempt": attempt,
-                        "message": evicted.get("message", "")[:200],
-                    }
-                )
-        time.sleep(0.1)
+    # Every change of every Workload is watched from before the high job, so a preemption is seen however
+    # briefly it shows: dispatch ends a preempted attempt within a second or so, deleting its TrainJob and
+    # its Workload, and a list every 0.1 s missed one on a busy CI machine (the low job's second attempt
+    # succeeded, the wave was reported unverified).
+    watch = _WorkloadWatch(kube, namespace)
+    try:
+        high_entry = submit(ctx, high, extra(kueue_names["high"]))
+        preempted: list[dict[str, Any]] = []
+        # The high job's start may wait for the stale sweep (a worker killed with it, seed 3): up to 2 min.
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not preempted:
+            with watch.lock:
+                preempted = [
+                    dict(r["preempted"])
+                    for r in watch.records.values()
+                    if r.get("preempted") and r["preempted"]["job"] in low_ids
+                ]
+            time.sleep(0.1)
+    finally:
+        watch.stop()
     for p in preempted:
         run.hit(p["job"], Hit("kueue-wave", "preempted", int(p["attempt"] or 0), run.t(), p["workload"]))
     verified = bool(preempted) and high_entry is not None
@@ -120,6 +113,59 @@ def fault_kueue_wave(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
             "preempted": preempted,
         },
     }
+
+
+class _WorkloadWatch:
+    """The run's namespace's Workloads, list + watch in a thread (the identity observer's watcher)."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        from scripts.identity_observer import _Watch
+
+        self._stopping = threading.Event()
+        self._watch = _Watch(
+            cluster="chaos",
+            resource="workloads",
+            call=functools.partial(
+                kube.custom.list_namespaced_custom_object, "kueue.x-k8s.io", "v1beta2", namespace, "workloads"
+            ),
+            merge=_merge_workload,
+            stopping=self._stopping,
+        )
+        self.lock, self.records = self._watch.lock, self._watch.records
+        self._watch.start()
+        self._watch.synced.wait(30)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._watch.wake()
+
+
+def _merge_workload(
+    old: Mapping[str, Any] | None, wl: Mapping[str, Any], event: str, at: str
+) -> dict[str, Any]:
+    """A Workload's record: the first preemption any of its versions showed, matched to its low job by its
+    owner's name (dispatch names a TrainJob <job id>-<attempt>)."""
+    record = dict(old or {})
+    if record.get("preempted"):
+        return record
+    conditions = {c.get("type"): c for c in (wl.get("status") or {}).get("conditions") or []}
+    evicted = conditions.get("Evicted") or {}
+    if (evicted.get("status") == "True" and evicted.get("reason") == "Preempted") or (
+        conditions.get("Preempted") or {}
+    ).get("status") == "True":
+        owner = next(
+            (o for o in wl.get("metadata", {}).get("ownerReferences") or [] if o.get("kind") == "TrainJob"),
+            None,
+        )
+        job_id, _, attempt = str((owner or {}).get("name", "")).rpartition("-")
+        record["preempted"] = {
+            "workload": wl.get("metadata", {}).get("name"),
+            "job": job_id,
+            "attempt": attempt,
+            "message": str(evicted.get("message", ""))[:200],
+            "seen": f"{event} {at}",
+        }
+    return record
 
 
 def kueue_setup(kube: Kube, namespace: str, names: Mapping[str, str]) -> None:
