@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "runtimes",
     "jobs",
     "jobs.observability",
+    "jobs.usage",
 ]
 
 MIDDLEWARE = [
@@ -258,6 +259,11 @@ CELERY_BEAT_SCHEDULE["webhooks-sweep"] = {
     "task": "jobs.observability.tasks.webhooks_sweep",
     "schedule": float(CONFIG.webhook_sweep_seconds),
     "options": {"expires": float(CONFIG.webhook_sweep_seconds)},
+}
+CELERY_BEAT_SCHEDULE["usage-rollup"] = {  # jobs.usage: ended attempts into the daily rollup
+    "task": "jobs.usage.tasks.usage_rollup",
+    "schedule": 30.0,
+    "options": {"expires": 30.0},
 }
 CELERY_BEAT_SCHEDULE["job-counts-compact"] = {
     "task": "jobs.observability.tasks.job_counts_compact",

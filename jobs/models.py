@@ -176,14 +176,31 @@ class Execution(models.Model):
     # The failing rank's last log lines, read right before dispatch deleted the failed attempt's TrainJob
     # (jobs.logtail): {rank, pod, container, text, truncated, captured_at}; {} when none was kept.
     log_tail = models.JSONField(default=dict, blank=True)
+    # Usage (jobs.usage.measure), written once the attempt ended, when the rollup counts it.
+    gpu_seconds = models.FloatField(null=True, blank=True)
+    cpu_seconds = models.FloatField(null=True, blank=True)
+    queue_wait_seconds = models.FloatField(null=True, blank=True)
+    usage_rolled_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["job", "attempt"]
         constraints = [models.UniqueConstraint(fields=["job", "attempt"], name="execution_unique_attempt")]
-        indexes = [models.Index(fields=["state"], name="execution_state")]
+        indexes = [
+            models.Index(fields=["state"], name="execution_state"),
+            # The usage rollup's queue: ended attempts not counted yet (a few at any time).
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(usage_rolled_at__isnull=True, finished_at__isnull=False),
+                name="execution_usage_due",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.trainjob_name
+
+    @property
+    def gpu_hours(self) -> float | None:
+        return None if self.gpu_seconds is None else round(self.gpu_seconds / 3600, 6)
 
 
 class JobEvent(models.Model):

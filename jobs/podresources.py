@@ -184,3 +184,45 @@ def resources_reasons(spec: JobSpec, runtime: Mapping[str, Any]) -> list[Reason]
                         )
                     )
     return reasons
+
+
+# ---------------------------------------------------------------- what a running pod holds (usage)
+
+# The accelerator resources counted as GPUs (the device plugins' names): NVIDIA's, AMD's and Intel's.
+GPU_RESOURCES: Final = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe")
+
+
+def _quantity(value: object) -> Decimal:
+    try:
+        return parse_quantity(str(value)) if value is not None else Decimal(0)
+    except ValueError:
+        return Decimal(0)
+
+
+def pod_compute(spec: Mapping[str, Any]) -> dict[str, float]:
+    """What a pod holds while it runs, from its spec (DESIGN.md "Usage"): `gpus`, the sum over its containers
+    of each GPU resource's limit (else its request: for an extended resource the two are equal), and `cpus`,
+    the sum of the containers' cpu requests (else limits: the API server defaults a missing request to the
+    limit). Sidecars (restartable init containers) run beside the containers and count; other init
+    containers run before them and do not. Pure."""
+    containers = _list(spec.get("containers")) + [
+        c for c in _list(spec.get("initContainers")) if _m(c).get("restartPolicy") == "Always"
+    ]
+    gpus, cpus = Decimal(0), Decimal(0)
+    for container in containers:
+        resources = _m(_m(container).get("resources"))
+        limits, requests = _m(resources.get("limits")), _m(resources.get("requests"))
+        for name in GPU_RESOURCES:
+            gpus += _quantity(limits.get(name, requests.get(name)))
+        cpus += _quantity(requests.get("cpu", limits.get("cpu")))
+    return {"gpus": float(gpus), "cpus": float(cpus)}
+
+
+def compute_resources(resources: Mapping[str, Any]) -> dict[str, Any]:
+    """A container's resources cut to what pod_compute reads (the supervisor's cache keeps only this)."""
+    kept = {"cpu", *GPU_RESOURCES}
+    return {
+        side: {k: v for k, v in _m(resources.get(side)).items() if k in kept}
+        for side in ("limits", "requests")
+        if _m(resources.get(side))
+    }

@@ -6,6 +6,7 @@ from jobs.dashboard import logs_api
 from jobs.observability import api as observability_api
 from jobs.sessions import api as sessions_api
 from jobs.submission import api
+from jobs.usage import api as usage_api
 
 urlpatterns = [
     path("plan", api.PlanApi.as_view(), name="plan"),
@@ -26,6 +27,7 @@ urlpatterns = [
         observability_api.WebhookDeliveriesApi.as_view(),
         name="webhook-deliveries",
     ),
+    path("usage", usage_api.UsageApi.as_view(), name="usage"),
     path("sessions", sessions_api.SessionListCreateApi.as_view(), name="session-list"),
     path("sessions/<str:session_id>", sessions_api.SessionDetailApi.as_view(), name="session-detail"),
     path("sessions/<str:session_id>/exec", sessions_api.SessionExecApi.as_view(), name="session-exec"),

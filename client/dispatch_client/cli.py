@@ -251,6 +251,29 @@ def cmd_logs(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+USAGE_FIGURES = ("gpu_hours", "gpu_hours_lost", "cpu_hours", "jobs", "attempts", "queue_wait_p50_seconds")
+
+
+def cmd_usage(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+    """Usage per group as a table (or the API's JSON, or its CSV for a spreadsheet)."""
+    filters = {k: getattr(args, k) for k in ("since", "until", "step", "namespace", "owner", "queue")}
+    if args.csv:
+        out.write(client.usage_csv(group_by=args.group_by, **filters))
+        return EXIT_OK
+    rows = client.usage(group_by=args.group_by, **filters)
+    if args.json:
+        _emit_json(out, rows)
+        return EXIT_OK
+    keys = [args.group_by, *(["period"] if args.step else []), *USAGE_FIGURES]
+    table = [keys] + [["-" if r.get(k) is None else str(r.get(k)) for k in keys] for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(keys))]
+    for line in table:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() + "\n")
+    if not rows:
+        out.write("(no ended attempts you may see in these days)\n")
+    return EXIT_OK
+
+
 def _change_line(change: JobChange) -> str:
     moved = f"{change.from_state or 'new'} -> {change.to_state}" if change.to_state else change.kind
     cause = f" cause={change.cause}" if change.cause else ""
@@ -466,6 +489,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, default=2, help="--watch: polling interval in seconds")
     p.add_argument("--watch-timeout", type=float, help="--watch: stop after this many seconds")
     p.set_defaults(func=cmd_jobs)
+
+    p = sub.add_parser(
+        "usage", help="GPU-hours, lost GPU-hours, jobs and queue waits per group (ended attempts)"
+    )
+    p.add_argument(
+        "--group-by", default="namespace", choices=("namespace", "owner", "queue", "runtime", "cause")
+    )
+    p.add_argument("--since", help="first day, YYYY-MM-DD (UTC); default 29 days before --until")
+    p.add_argument("--until", help="last day, YYYY-MM-DD (UTC), included; default today")
+    p.add_argument("--step", choices=("day", "week"), help="a row per group and day or week")
+    for flag in ("--namespace", "--owner", "--queue"):
+        p.add_argument(flag)
+    p.add_argument("--csv", action="store_true", help="the rows as CSV, for a spreadsheet")
+    p.set_defaults(func=cmd_usage)
 
     p = sub.add_parser("logs", help="a rank's log: the failing rank's (else rank 0) of the current attempt")
     p.add_argument("job_id")

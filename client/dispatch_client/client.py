@@ -341,14 +341,41 @@ class Client:
             except requests.RequestException as exc:
                 raise ConnectionFailed(f"GET /api/v1/jobs/{job_id}/logs: the stream broke: {exc}") from exc
 
-    def _get_text(self, path: str, *, params: Mapping[str, Any], stream: bool) -> requests.Response:
+    def usage(
+        self,
+        *,
+        group_by: str = "namespace",
+        since: str | None = None,
+        until: str | None = None,
+        step: str | None = None,
+        namespace: str | None = None,
+        owner: str | None = None,
+        queue: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """GPU-hours, lost GPU-hours, CPU-hours, jobs, attempts and queue waits per group (``GET
+        /api/v1/usage``) over the days since..until (ISO dates, UTC; default the last 30 days), one row per
+        group, or per group and period with ``step`` (day or week). Only what the caller may see."""
+        params = _usage_params(group_by, since, until, step, namespace, owner, queue)
+        _, body = self.request("GET", "/api/v1/usage", params=params)
+        return list(body.get("results", []))
+
+    def usage_csv(self, *, group_by: str = "namespace", **filters: str | None) -> str:
+        """The same rows as a spreadsheet (``?format=csv``): a header line, then a line per row."""
+        params = _usage_params(group_by, **filters) | {"format": "csv"}
+        response = self._get_text("/api/v1/usage", params=params, stream=False, accept="text/csv")
+        with response:
+            return response.text
+
+    def _get_text(
+        self, path: str, *, params: Mapping[str, Any], stream: bool, accept: str = "text/plain"
+    ) -> requests.Response:
         """A GET whose success is text, not JSON (a log); an error answer raises the typed error for it."""
         what = f"GET {path}"
         try:
             response = self._http.get(
                 f"{self.url}{path}",
                 params=params,
-                headers={"Accept": "text/plain, application/json"},
+                headers={"Accept": f"{accept}, application/json"},
                 timeout=(self.timeout[0], None) if stream else self.timeout,
                 stream=stream,
             )
@@ -616,3 +643,23 @@ class Session:
     def __repr__(self) -> str:
         state = "closed" if self._closed else self.info.state
         return f"Session(id={self.id!r}, name={self.name!r}, pod={self.pod!r}, state={state!r})"
+
+
+def _usage_params(
+    group_by: str,
+    since: str | None = None,
+    until: str | None = None,
+    step: str | None = None,
+    namespace: str | None = None,
+    owner: str | None = None,
+    queue: str | None = None,
+) -> dict[str, str]:
+    given = {
+        "since": since,
+        "until": until,
+        "step": step,
+        "namespace": namespace,
+        "owner": owner,
+        "queue": queue,
+    }
+    return {"group_by": group_by} | {k: v for k, v in given.items() if v}

@@ -54,6 +54,8 @@ def _execution_data(execution: Execution, *, detail: bool = False) -> dict[str, 
         "submitted_at": execution.submitted_at,
         "started_at": execution.started_at,
         "finished_at": execution.finished_at,
+        "gpu_hours": execution.gpu_hours,
+        "queue_wait_seconds": execution.queue_wait_seconds,
     }
     if detail:
         data["evidence"] = execution.evidence
@@ -190,6 +192,12 @@ class ExecutionSerializer(serializers.ModelSerializer):
     identity_findings = IdentityFindingSerializer(many=True, required=False, help_text="detail only")
     supervision_warnings = SupervisionWarningSerializer(many=True, required=False, help_text="detail only")
     ranks = RankSerializer(many=True, required=False, help_text="detail only: rank x restart attempt")
+    gpu_hours = serializers.FloatField(
+        read_only=True, allow_null=True, help_text="the attempt's GPU-hours, once it ended (jobs.usage)"
+    )
+    queue_wait_seconds = serializers.FloatField(
+        read_only=True, allow_null=True, help_text="TrainJob created -> all ranks running; null: never ran"
+    )
 
     class Meta:
         model = Execution
@@ -212,6 +220,8 @@ class ExecutionSerializer(serializers.ModelSerializer):
             "supervision_warnings",
             "ranks",
             "observed_at",
+            "gpu_hours",
+            "queue_wait_seconds",
         ]
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from jobs.naming import KUEUE_MARK, trainjob_name_prefix
+from jobs.podresources import compute_resources
 from jobs.supervision.grouping import involved, label_key
 
 Key = tuple[str, int]
@@ -61,8 +62,17 @@ def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
         "spec": {
             "nodeName": spec.get("nodeName"),
             "initContainers": [
-                {"name": c.get("name"), "restartPolicy": c.get("restartPolicy")}
+                {
+                    "name": c.get("name"),
+                    "restartPolicy": c.get("restartPolicy"),
+                    "resources": compute_resources(c.get("resources") or {}),
+                }
                 for c in spec.get("initContainers") or ()
+            ],
+            # What the pod holds while it runs (jobs.podresources.pod_compute: usage).
+            "containers": [
+                {"name": c.get("name"), "resources": compute_resources(c.get("resources") or {})}
+                for c in spec.get("containers") or ()
             ],
         },
         "status": {

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from jobs.podresources import pod_compute
 from jobs.supervision.status.events import EventView
 from jobs.supervision.status.model import (
     APP_ERROR,
@@ -68,6 +69,7 @@ def _container_rows(statuses: object, sidecars: frozenset[str]) -> list[dict[str
                 "waiting_message": waiting.get("message") if waiting else None,
                 "terminated": terminated.get("reason") if terminated else None,
                 "exit_code": as_int(terminated.get("exitCode")) if terminated else None,
+                "started_at": as_map(state.get("running")).get("startedAt") or terminated.get("startedAt"),
                 "finished_at": terminated.get("finishedAt") if terminated else None,
                 "last_terminated": last.get("reason") if last else None,
                 "last_exit_code": as_int(last.get("exitCode")) if last else None,
@@ -134,6 +136,7 @@ def condense_pod(pod: Mapping[str, Any], label_domain: str) -> dict[str, Any]:
         ),
         "containers": _container_rows(status.get("containerStatuses"), frozenset()),
         "init_containers": _container_rows(status.get("initContainerStatuses"), sidecars),
+        **pod_compute(spec),  # gpus, cpus: what it holds while it runs (jobs.usage)
         "gone": None,
     }
 

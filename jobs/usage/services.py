@@ -1,0 +1,101 @@
+"""The usage rollup: each ended attempt is measured once (jobs.usage.measure) and added to its day's rows.
+
+Every run may overlap another (two beats, a redelivered task): an attempt is claimed by compare-and-set on
+Execution.usage_rolled_at inside the transaction that adds it, so it is counted exactly once; each
+transaction touches one UsageDay row and at most one UsageWait row, always in that order."""
+
+from __future__ import annotations
+
+from datetime import UTC
+from typing import Any, Final
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from jobs.models import Execution, Job
+from jobs.usage import measure
+from jobs.usage.models import UsageDay, UsageWait
+
+BATCH: Final = 500
+
+
+def _runtime(job: Job) -> str:
+    parts = [job.runtime_kind, job.runtime_namespace, job.runtime_name]
+    return "/".join(p for p in parts if p)
+
+
+def _queue(job: Job) -> str:
+    queue = (job.plan or {}).get("queue") or {}
+    return str(queue.get("local_queue") or "")
+
+
+def _add(model: type[UsageDay] | type[UsageWait], key: dict[str, Any], **amounts: Any) -> None:
+    """Add amounts to the row under key, made first when new (when a concurrent rollup made it: to its)."""
+    try:
+        with transaction.atomic():
+            model.objects.get_or_create(**key)
+    except IntegrityError:
+        pass  # made meanwhile by another rollup: it exists now
+    model.objects.filter(**key).update(**{name: F(name) + value for name, value in amounts.items()})
+
+
+def execution_usage_roll(*, execution_id: int) -> bool:
+    """Measure one ended attempt and add it to the rollup; False when it is not due (not ended, counted).
+    Locks in supervision's order (the job, then its execution), then the rollup's rows."""
+    now = timezone.now()
+    job_id = Execution.objects.filter(pk=execution_id).values_list("job_id", flat=True).first()
+    if job_id is None:
+        return False
+    with transaction.atomic():
+        job = Job.objects.select_for_update().select_related("owner").filter(pk=job_id).first()
+        claimed = Execution.objects.filter(
+            pk=execution_id, usage_rolled_at__isnull=True, finished_at__isnull=False
+        ).update(usage_rolled_at=now)
+        if job is None or not claimed:
+            return False
+        execution = Execution.objects.get(pk=execution_id)
+        usage = measure.attempt_usage(
+            execution.pods_seen or {},
+            state=execution.state,
+            started_at=execution.started_at,
+            submitted_at=execution.submitted_at,
+            ended_at=execution.finished_at,
+        )
+        Execution.objects.filter(pk=execution_id).update(
+            gpu_seconds=usage.gpu_seconds,
+            cpu_seconds=usage.cpu_seconds,
+            queue_wait_seconds=usage.queue_wait_seconds,
+        )
+        Job.objects.filter(pk=job_id).update(updated_at=now)  # the job's ETag changes: its page shows them
+        assert execution.finished_at is not None  # claimed only when ended
+        key = {
+            "day": execution.finished_at.astimezone(UTC).date(),
+            "namespace": job.namespace,
+            "owner": job.owner.get_username(),
+            "queue": _queue(job),
+            "runtime": _runtime(job),
+            "outcome": measure.outcome(execution.state, execution.cause),
+        }
+        _add(
+            UsageDay,
+            key,
+            gpu_seconds=usage.gpu_seconds,
+            gpu_seconds_lost=usage.gpu_seconds if usage.lost else 0.0,
+            cpu_seconds=usage.cpu_seconds,
+            attempts=1,
+            jobs=1 if execution.attempt == 1 else 0,
+        )
+        if usage.queue_wait_seconds is not None:
+            _add(UsageWait, {**key, "bucket": measure.wait_bucket(usage.queue_wait_seconds)}, count=1)
+    return True
+
+
+def usage_rollup(*, limit: int = BATCH) -> int:
+    """Count the ended attempts not counted yet, oldest first, at most `limit`; how many this run counted."""
+    due = list(
+        Execution.objects.filter(usage_rolled_at__isnull=True, finished_at__isnull=False)
+        .order_by("finished_at", "pk")
+        .values_list("pk", flat=True)[:limit]
+    )
+    return sum(execution_usage_roll(execution_id=pk) for pk in due)

@@ -1,0 +1,88 @@
+"""The rollup runs twice at once (two beats, a redelivered task) on the real PostgreSQL: every ended attempt
+is counted exactly once, and the day's rows hold the sums. The attempts are rows this test writes (they stand
+in for volume); the behaviour under test is the rollup's claim and its additions."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from jobs.models import Execution, Job, JobState
+from jobs.naming import new_job_id
+from jobs.usage import services
+from jobs.usage.models import UsageDay, UsageWait
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+ATTEMPTS = 60
+
+
+def _iso(seconds: float) -> str:
+    return (T0 + timedelta(seconds=seconds)).isoformat()
+
+
+def _ended_attempts(owner: Any) -> None:
+    for i in range(ATTEMPTS):
+        failed = i % 3 == 0
+        job = Job.objects.create(
+            id=new_job_id(),
+            owner=owner,
+            namespace="team-a",
+            runtime_kind="ClusterTrainingRuntime",
+            runtime_name="torch",
+            spec={},
+            plan={"queue": {"local_queue": "gpus"}},
+            state=JobState.FAILED if failed else JobState.SUCCEEDED,
+        )
+        pod = {"containers": [{"name": "node", "started_at": _iso(10), "finished_at": _iso(70)}]}
+        Execution.objects.create(
+            job=job,
+            attempt=1,
+            trainjob_name=f"{job.pk}-1",
+            state=JobState.FAILED if failed else JobState.SUCCEEDED,
+            cause="app-error" if failed else "",
+            submitted_at=T0,
+            started_at=T0 + timedelta(seconds=10),
+            finished_at=T0 + timedelta(seconds=71),
+            pods_seen={"p0": pod | {"gpus": 2, "cpus": 4}, "p1": pod | {"gpus": 2, "cpus": 4}},
+        )
+
+
+def test_two_rollups_at_once_count_every_attempt_once(make_user: Any) -> None:
+    owner, _ = make_user("uma")
+    _ended_attempts(owner)
+    counted: list[int] = []
+    start = threading.Barrier(4)
+
+    def run() -> None:
+        try:
+            start.wait()
+            counted.append(services.usage_rollup(limit=ATTEMPTS))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sum(counted) == ATTEMPTS, counted
+    assert Execution.objects.filter(usage_rolled_at__isnull=True).count() == 0
+    days = {r.outcome: r for r in UsageDay.objects.all()}
+    assert set(days) == {"app-error", "succeeded"}
+    failed, succeeded = ATTEMPTS // 3, ATTEMPTS - ATTEMPTS // 3
+    # Each attempt: 2 pods x 2 GPUs x 60 s = 240 GPU-seconds; 2 x 4 cpus x 60 s = 480 CPU-seconds.
+    assert days["succeeded"].gpu_seconds == pytest.approx(240 * succeeded)
+    assert days["succeeded"].gpu_seconds_lost == 0
+    assert days["app-error"].gpu_seconds_lost == pytest.approx(240 * failed)
+    assert days["app-error"].cpu_seconds == pytest.approx(480 * failed)
+    assert sum(d.attempts for d in days.values()) == ATTEMPTS
+    assert sum(d.jobs for d in days.values()) == ATTEMPTS
+    assert {d.queue for d in days.values()} == {"gpus"} and {d.day for d in days.values()} == {T0.date()}
+    assert sum(w.count for w in UsageWait.objects.all()) == ATTEMPTS  # one 10 s wait each
+    assert services.usage_rollup() == 0
