@@ -5,6 +5,7 @@ from django.urls import path
 from jobs.dashboard import views
 from jobs.observability import views as observability_views
 from jobs.sessions import views as sessions_views
+from jobs.usage import views as usage_views
 
 urlpatterns = [
     path("", views.home_page, name="home"),
@@ -15,6 +16,7 @@ urlpatterns = [
     path("jobs/<str:job_id>/events/", views.job_events, name="job-events"),
     path("jobs/<str:job_id>/log/", views.job_log_tail, name="job-log"),
     path("jobs/<str:job_id>/cancel/", views.job_cancel_view, name="job-cancel"),
+    path("usage/", usage_views.usage_page, name="usage"),
     path("webhooks/", observability_views.webhooks_page, name="webhooks"),
     path("webhooks/<int:endpoint_id>/", observability_views.webhook_page, name="webhook"),
     path(

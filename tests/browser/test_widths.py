@@ -5,6 +5,7 @@ may scroll inside). The widths measured are written to var/screenshots/widths.md
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,12 @@ from dispatch_site.models import ApiToken
 from jobs.models import Execution, Job, JobEvent, JobState, Session
 from jobs.observability import signing
 from jobs.observability.models import Change, WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from jobs.usage.tasks import usage_rollup
 from runtimes.models import AllowListEntry, RuntimeVerdict
 from tests.browser.conftest import HEIGHT, SCREENSHOTS, WIDTH, LogIn, screenshot
 from tests.browser.test_dashboard import WIDE_ELEMENTS
 from tests.jobs.dashboard.test_job_pages import make_job, runtime_body
+from tests.jobs.usage.rows import ended_attempt
 
 pytestmark = [pytest.mark.browser, pytest.mark.usefixtures("transactional_db")]
 
@@ -151,6 +154,9 @@ def site(make_user: Any) -> dict[str, Any]:
             latency_ms=12,
             error=LONG_MESSAGE,
         )
+    # The usage page's chart, legend and table with the longest namespace (rolled up by the beat's task).
+    ended_attempt(uma, namespace=LONG_NAMESPACE, failed=True, at=timezone.now() - timedelta(hours=2))
+    usage_rollup.delay().get()
     return {"failed": failed, "refused": refused, "session": session, "endpoint": endpoint, "pat": pat}
 
 
@@ -170,6 +176,7 @@ def _pages(site: dict[str, Any]) -> list[tuple[str, str]]:
         ("tokens", "/tokens/"),
         ("webhooks", "/webhooks/"),
         ("webhook", f"/webhooks/{site['endpoint'].pk}/"),
+        ("usage", "/usage/"),
     ]
 
 

@@ -94,3 +94,33 @@ def test_queue_wait_percentiles_come_from_the_histogram_within_one_bucket() -> N
     assert p95 is not None and 30 <= p95 <= 45  # the bucket (30, 45] holds the true 40 s
     assert percentile({}, 0.5) is None
     assert percentile({len(WAIT_BOUNDS): 3}, 0.5) == WAIT_BOUNDS[-1]  # the open bucket: its lower bound
+
+
+def test_stacked_bars_stack_each_days_groups_and_fold_the_smallest_into_others() -> None:
+    from jobs.usage.charts import HEIGHT, MAX_SERIES, OTHERS, shares, stacked_bars
+
+    days = [T0.date() + timedelta(days=i) for i in range(3)]
+    rows = [
+        {"period": days[0], "namespace": "a", "gpu_hours": 3.0},
+        {"period": days[0], "namespace": "b", "gpu_hours": 1.0},
+    ]
+    rows += [{"period": days[2], "namespace": f"n{i}", "gpu_hours": 0.1} for i in range(MAX_SERIES + 2)]
+    bars = stacked_bars(rows, key="namespace", value="gpu_hours", periods=days)
+    assert bars.top == 5.0  # the tallest bar (4 GPU-hours) under a round scale
+    first = [
+        s
+        for s in bars.segments
+        if s.title.endswith(f"{days[0]}: 3.00") or s.title.endswith(f"{days[0]}: 1.00")
+    ]
+    assert sum(s.height for s in first) == pytest.approx(HEIGHT * 4 / 5)  # stacked: 3 + 1 of 5
+    assert not any(str(days[1]) in s.title for s in bars.segments)  # a day with nothing has no bar
+    names = [item.name for item in bars.legend]
+    assert names[:2] == ["a", "b"] and names[-1] == OTHERS and len(names) == MAX_SERIES + 1
+    assert sum(item.total for item in bars.legend) == pytest.approx(4 + 0.1 * (MAX_SERIES + 2))
+    assert stacked_bars([], key="namespace", value="gpu_hours", periods=days).empty
+
+    lost = shares({"preempted": 3.0, "app-error": 1.0, "succeeded": 0.0})
+    assert [(p.name, p.percent, p.x) for p in lost.parts] == [
+        ("preempted", 75.0, 0.0),
+        ("app-error", 25.0, 75.0),
+    ]

@@ -5,52 +5,24 @@ in for volume); the behaviour under test is the rollup's claim and its additions
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
 
-from jobs.models import Execution, Job, JobState
-from jobs.naming import new_job_id
+from jobs.models import Execution
 from jobs.usage import services
 from jobs.usage.models import UsageDay, UsageWait
+from tests.jobs.usage.rows import T0, ended_attempt
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 ATTEMPTS = 60
-
-
-def _iso(seconds: float) -> str:
-    return (T0 + timedelta(seconds=seconds)).isoformat()
 
 
 def _ended_attempts(owner: Any) -> None:
     for i in range(ATTEMPTS):
-        failed = i % 3 == 0
-        job = Job.objects.create(
-            id=new_job_id(),
-            owner=owner,
-            namespace="team-a",
-            runtime_kind="ClusterTrainingRuntime",
-            runtime_name="torch",
-            spec={},
-            plan={"queue": {"local_queue": "gpus"}},
-            state=JobState.FAILED if failed else JobState.SUCCEEDED,
-        )
-        pod = {"containers": [{"name": "node", "started_at": _iso(10), "finished_at": _iso(70)}]}
-        Execution.objects.create(
-            job=job,
-            attempt=1,
-            trainjob_name=f"{job.pk}-1",
-            state=JobState.FAILED if failed else JobState.SUCCEEDED,
-            cause="app-error" if failed else "",
-            submitted_at=T0,
-            started_at=T0 + timedelta(seconds=10),
-            finished_at=T0 + timedelta(seconds=71),
-            pods_seen={"p0": pod | {"gpus": 2, "cpus": 4}, "p1": pod | {"gpus": 2, "cpus": 4}},
-        )
+        ended_attempt(owner, failed=i % 3 == 0)
 
 
 def test_two_rollups_at_once_count_every_attempt_once(make_user: Any) -> None:
