@@ -66,6 +66,19 @@ QUEUE_WAIT = Histogram(
     "(the time Kueue held it before admission, and the pods' start).",
     buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600),
 )
+GPU_SECONDS = Counter(
+    "dispatch_gpu_seconds",
+    "GPU-seconds of ended attempts as the usage rollup counts them (jobs.usage), by namespace (those granted "
+    "to someone; any other is 'other'), Kueue LocalQueue ('' without Kueue) and outcome (the cause, or "
+    "succeeded).",
+    ["namespace", "queue", "outcome"],
+)
+ATTEMPT_QUEUE_WAIT = Histogram(
+    "dispatch_attempt_queue_wait_seconds",
+    "Per ended attempt that ran, by Kueue LocalQueue: from its TrainJob's creation to all ranks running.",
+    ["queue"],
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
+)
 SUPERVISOR_CYCLE = Histogram(
     "dispatch_supervisor_cycle_seconds",
     "Duration of one supervision cycle (list the cluster, derive, write).",

@@ -13,6 +13,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from dispatch_site import metrics, roles
 from jobs.models import Execution, Job
 from jobs.usage import measure
 from jobs.usage.models import UsageDay, UsageWait
@@ -40,10 +41,12 @@ def _add(model: type[UsageDay] | type[UsageWait], key: dict[str, Any], **amounts
     model.objects.filter(**key).update(**{name: F(name) + value for name, value in amounts.items()})
 
 
-def execution_usage_roll(*, execution_id: int) -> bool:
+def execution_usage_roll(*, execution_id: int, managed: frozenset[str] | None = None) -> bool:
     """Measure one ended attempt and add it to the rollup; False when it is not due (not ended, counted).
     Locks in supervision's order (the job, then its execution), then the rollup's rows."""
     now = timezone.now()
+    if managed is None:
+        managed = frozenset(roles.namespaces_granted_to_anyone())
     job_id = Execution.objects.filter(pk=execution_id).values_list("job_id", flat=True).first()
     if job_id is None:
         return False
@@ -88,7 +91,16 @@ def execution_usage_roll(*, execution_id: int) -> bool:
         )
         if usage.queue_wait_seconds is not None:
             _add(UsageWait, {**key, "bucket": measure.wait_bucket(usage.queue_wait_seconds)}, count=1)
+        transaction.on_commit(lambda: _observe(key, usage, managed))
     return True
+
+
+def _observe(key: dict[str, Any], usage: measure.AttemptUsage, managed: frozenset[str]) -> None:
+    """The Prometheus view of one counted attempt (after it committed: a rolled-back count is not shown)."""
+    namespace = key["namespace"] if key["namespace"] in managed else "other"  # bounded by the grants
+    metrics.GPU_SECONDS.labels(namespace, key["queue"], key["outcome"]).inc(usage.gpu_seconds)
+    if usage.queue_wait_seconds is not None:
+        metrics.ATTEMPT_QUEUE_WAIT.labels(key["queue"]).observe(usage.queue_wait_seconds)
 
 
 def usage_rollup(*, limit: int = BATCH) -> int:
@@ -98,4 +110,5 @@ def usage_rollup(*, limit: int = BATCH) -> int:
         .order_by("finished_at", "pk")
         .values_list("pk", flat=True)[:limit]
     )
-    return sum(execution_usage_roll(execution_id=pk) for pk in due)
+    managed = frozenset(roles.namespaces_granted_to_anyone())
+    return sum(execution_usage_roll(execution_id=pk, managed=managed) for pk in due)

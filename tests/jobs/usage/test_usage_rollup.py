@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from prometheus_client import REGISTRY
 
 from jobs.models import Execution
 from jobs.usage import services
@@ -26,8 +27,10 @@ def _ended_attempts(owner: Any) -> None:
 
 
 def test_two_rollups_at_once_count_every_attempt_once(make_user: Any) -> None:
-    owner, _ = make_user("uma")
+    owner, _ = make_user("uma", namespaces=("team-a",))
     _ended_attempts(owner)
+    labels = {"namespace": "team-a", "queue": "gpus", "outcome": "app-error"}
+    before = REGISTRY.get_sample_value("dispatch_gpu_seconds_total", labels) or 0.0
     counted: list[int] = []
     start = threading.Barrier(4)
 
@@ -57,4 +60,7 @@ def test_two_rollups_at_once_count_every_attempt_once(make_user: Any) -> None:
     assert sum(d.jobs for d in days.values()) == ATTEMPTS
     assert {d.queue for d in days.values()} == {"gpus"} and {d.day for d in days.values()} == {T0.date()}
     assert sum(w.count for w in UsageWait.objects.all()) == ATTEMPTS  # one 10 s wait each
+    # Prometheus counts each attempt once too (after its commit): the failed attempts' 240 GPU-seconds each.
+    after = REGISTRY.get_sample_value("dispatch_gpu_seconds_total", labels)
+    assert after is not None and after - before == pytest.approx(240 * failed)
     assert services.usage_rollup() == 0
