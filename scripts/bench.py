@@ -20,6 +20,8 @@
    `manage.py supervise`) / a bare TrainJob Kueue admits alone, median of paired rounds (<= 1.2). Kueue is
    started on the local plane for this section (`scripts/cluster up --kueue`) and stopped after it, so the
    sections above run on the plane they always ran on; skipped, with the reason, where Kueue is not there.
+7. Usage (scripts/bench_usage.py): GET /api/v1/usage for 30 days over the daily rollup of 1,000,000 ended
+   attempts (p95 < 300 ms), beside 1,000.
 Each target is judged on the median of its rounds where it has rounds (never the best round). The report
 is printed and written to var/bench/report.md; it opens with what the figures were measured on (the commit and
 whether the checkout was dirty, PostgreSQL's fsync / synchronous_commit / full_page_writes as the servers
@@ -345,6 +347,7 @@ def main() -> int:
         bench_starts,
         bench_submit,
         bench_supervision,
+        bench_usage,
     )
 
     server: dict[str, tuple[Any, str]] = {}
@@ -394,6 +397,12 @@ def main() -> int:
             logged("metrics: one scrape with 100 / 100,000 jobs ...", bench_metrics.run),
             bench_metrics.report_lines,
             bench_metrics.targets,
+        ),
+        Section(
+            "usage",
+            logged("usage: the 30-day query, rollups of 1,000 / 1,000,000 attempts ...", bench_usage.run),
+            bench_usage.report_lines,
+            bench_usage.targets,
         ),
         Section("Kueue", kueue_run, bench_kueue.report_lines, bench_kueue.targets),  # issue 19
     ]

@@ -1,10 +1,13 @@
 """The daily usage rollup: one row per (day, namespace, owner, queue, runtime, outcome), added to as each
-attempt ends (jobs.usage.services.usage_rollup), and the queue-wait histogram under the same key. A usage
-query sums these rows, never the attempts (GET /api/v1/usage). Kept when old attempts' details are pruned."""
+attempt ends (jobs.usage.services.usage_rollup), with the queue-wait histogram in the same row (a column per
+bucket: one pass over the rows answers every figure). A usage query sums these rows, never the attempts (GET
+/api/v1/usage). Kept when old attempts' details are pruned."""
 
 from __future__ import annotations
 
 from django.db import models
+
+from jobs.usage.measure import WAIT_BOUNDS
 
 KEY = ("day", "namespace", "owner", "queue", "runtime", "outcome")
 
@@ -24,20 +27,23 @@ class UsageKey(models.Model):
         return f"{self.day} {self.namespace} {self.owner} {self.queue or '-'} {self.runtime} {self.outcome}"
 
 
+def wait_column(bucket: int) -> str:
+    """The column counting the queue waits in jobs.usage.measure.WAIT_BOUNDS' bucket `bucket`."""
+    return f"wait_{bucket}"
+
+
+WAIT_COLUMNS = tuple(wait_column(i) for i in range(len(WAIT_BOUNDS) + 1))
+
+
 class UsageDay(UsageKey):
     gpu_seconds = models.FloatField(default=0)
     gpu_seconds_lost = models.FloatField(default=0)
     cpu_seconds = models.FloatField(default=0)
     attempts = models.PositiveIntegerField(default=0)
     jobs = models.PositiveIntegerField(default=0)  # jobs whose first attempt ended that day
+    for _column in WAIT_COLUMNS:  # the queue-wait histogram: attempts that waited up to each bound
+        locals()[_column] = models.PositiveIntegerField(default=0)
+    del _column
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=KEY, name="usage_day_key")]
-
-
-class UsageWait(UsageKey):
-    bucket = models.PositiveSmallIntegerField()  # jobs.usage.measure.WAIT_BOUNDS' index
-    count = models.PositiveIntegerField(default=0)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=(*KEY, "bucket"), name="usage_wait_key")]

@@ -3,9 +3,8 @@ scan of the attempts: the rows are per day and key (jobs.usage.models)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 from typing import Any, Final
 
 from django.db.models import F, Q, QuerySet, Sum
@@ -13,7 +12,7 @@ from django.db.models.functions import TruncWeek
 
 from dispatch_site import roles
 from jobs.usage import measure
-from jobs.usage.models import UsageDay, UsageWait
+from jobs.usage.models import WAIT_COLUMNS, UsageDay
 
 GROUPS: Final = ("namespace", "owner", "queue", "runtime", "cause")
 STEPS: Final = ("day", "week")
@@ -41,8 +40,8 @@ def _scoped(queryset: QuerySet[Any], user: Any) -> QuerySet[Any]:
     return queryset.filter(Q(owner=user.get_username()) | Q(namespace__in=sorted(granted)))
 
 
-def _filtered(model: type[UsageDay] | type[UsageWait], user: Any, query: UsageQuery) -> QuerySet[Any]:
-    rows = _scoped(model.objects.filter(day__gte=query.since, day__lte=query.until), user)
+def _filtered(user: Any, query: UsageQuery) -> QuerySet[Any]:
+    rows = _scoped(UsageDay.objects.filter(day__gte=query.since, day__lte=query.until), user)
     for name in ("namespace", "owner", "queue"):
         value = getattr(query, name)
         if value:
@@ -61,10 +60,12 @@ def _keys(query: UsageQuery) -> list[str]:
 
 def usage_rows(user: Any, query: UsageQuery) -> list[dict[str, Any]]:
     """One row per group (and period): the key, GPU-, lost GPU- and CPU-hours, jobs, attempts and the queue
-    wait's p50 and p95 (estimated from the histogram: jobs.usage.measure.percentile), sorted by key."""
+    wait's p50 and p95 (estimated from the histogram: jobs.usage.measure.percentile), sorted by key. One
+    aggregate query over the day rows."""
     keys = _keys(query)
+    waits = {column: Sum(column) for column in WAIT_COLUMNS}
     totals = (
-        _filtered(UsageDay, user, query)
+        _filtered(user, query)
         .values(*keys)
         .annotate(
             gpu=Sum("gpu_seconds"),
@@ -72,19 +73,17 @@ def usage_rows(user: Any, query: UsageQuery) -> list[dict[str, Any]]:
             cpu=Sum("cpu_seconds"),
             n_jobs=Sum("jobs"),
             n_attempts=Sum("attempts"),
+            **{f"n_{column}": total for column, total in waits.items()},
         )
         .order_by(*keys)
     )
-    waits: dict[tuple[Any, ...], dict[int, int]] = defaultdict(dict)
-    for row in _filtered(UsageWait, user, query).values(*keys, "bucket").annotate(n=Sum("count")):
-        waits[tuple(row[k] for k in keys)][row["bucket"]] = row["n"]
     rows = []
     for row in totals:
-        counts = waits.get(tuple(row[k] for k in keys), {})
+        counts = {i: row[f"n_{column}"] or 0 for i, column in enumerate(WAIT_COLUMNS)}
         out: dict[str, Any] = {query.group_by: row[keys[0]]}
         if query.step:
             period = row["period"]
-            out["period"] = period.date() if hasattr(period, "date") else period
+            out["period"] = period.date() if isinstance(period, datetime) else period
         out |= {
             "gpu_hours": measure.hours(row["gpu"] or 0.0),
             "gpu_hours_lost": measure.hours(row["lost"] or 0.0),

@@ -2,7 +2,7 @@
 
 Every run may overlap another (two beats, a redelivered task): an attempt is claimed by compare-and-set on
 Execution.usage_rolled_at inside the transaction that adds it, so it is counted exactly once; each
-transaction touches one UsageDay row and at most one UsageWait row, always in that order."""
+transaction locks the job, its execution, then one UsageDay row, always in that order."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from django.utils import timezone
 from dispatch_site import metrics, roles
 from jobs.models import Execution, Job
 from jobs.usage import measure
-from jobs.usage.models import UsageDay, UsageWait
+from jobs.usage.models import UsageDay, wait_column
 
 BATCH: Final = 500
 
@@ -31,14 +31,14 @@ def _queue(job: Job) -> str:
     return str(queue.get("local_queue") or "")
 
 
-def _add(model: type[UsageDay] | type[UsageWait], key: dict[str, Any], **amounts: Any) -> None:
+def _add(key: dict[str, Any], **amounts: Any) -> None:
     """Add amounts to the row under key, made first when new (when a concurrent rollup made it: to its)."""
     try:
         with transaction.atomic():
-            model.objects.get_or_create(**key)
+            UsageDay.objects.get_or_create(**key)
     except IntegrityError:
         pass  # made meanwhile by another rollup: it exists now
-    model.objects.filter(**key).update(**{name: F(name) + value for name, value in amounts.items()})
+    UsageDay.objects.filter(**key).update(**{name: F(name) + value for name, value in amounts.items()})
 
 
 def execution_usage_roll(*, execution_id: int, managed: frozenset[str] | None = None) -> bool:
@@ -80,17 +80,20 @@ def execution_usage_roll(*, execution_id: int, managed: frozenset[str] | None = 
             "runtime": _runtime(job),
             "outcome": measure.outcome(execution.state, execution.cause),
         }
+        waited = (
+            {}
+            if usage.queue_wait_seconds is None
+            else {wait_column(measure.wait_bucket(usage.queue_wait_seconds)): 1}
+        )
         _add(
-            UsageDay,
             key,
             gpu_seconds=usage.gpu_seconds,
             gpu_seconds_lost=usage.gpu_seconds if usage.lost else 0.0,
             cpu_seconds=usage.cpu_seconds,
             attempts=1,
             jobs=1 if execution.attempt == 1 else 0,
+            **waited,
         )
-        if usage.queue_wait_seconds is not None:
-            _add(UsageWait, {**key, "bucket": measure.wait_bucket(usage.queue_wait_seconds)}, count=1)
         transaction.on_commit(lambda: _observe(key, usage, managed))
     return True
 
