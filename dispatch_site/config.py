@@ -79,6 +79,9 @@ class Config:
     webhook_secret_grace_seconds: int = 24 * 3600
     webhook_sweep_seconds: int = 10
     webhook_endpoints_per_user: int = 10
+    # Ended attempts' details (evidence, pods, ranks, log tail, timeline) are pruned after this many days; the
+    # job, its attempts' states, causes and usage stay (jobs.usage). 0: never.
+    history_retention_days: int = 0
     webhook_ca_bundle: str = ""  # PEM roots for receivers' certificates; "" = certifi's
     # The Celery worker runs this many tasks at once, in threads (a start waits on the API server); the
     # Kubernetes client keeps as many connections.
@@ -398,6 +401,9 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
         webhook_ca_bundle=_parse_ca_bundle(env.get("WEBHOOK_CA_BUNDLE", "")),
         webhook_endpoints_per_user=_parse_int(
             "WEBHOOK_ENDPOINTS_PER_USER", env.get("WEBHOOK_ENDPOINTS_PER_USER", "10"), 1
+        ),
+        history_retention_days=_parse_int(
+            "HISTORY_RETENTION_DAYS", env.get("HISTORY_RETENTION_DAYS", "0"), 0
         ),
         supervisor_interval_seconds=supervisor_interval,
         no_capacity_after_seconds=no_capacity_after,

@@ -265,6 +265,12 @@ CELERY_BEAT_SCHEDULE["usage-rollup"] = {  # jobs.usage: ended attempts into the 
     "schedule": 30.0,
     "options": {"expires": 30.0},
 }
+HISTORY_RETENTION_DAYS = CONFIG.history_retention_days
+CELERY_BEAT_SCHEDULE["history-prune"] = {  # jobs.usage: old attempts' details, once the rollup counted them
+    "task": "jobs.usage.tasks.history_prune",
+    "schedule": crontab(minute="17"),
+    "options": {"expires": 3000.0},
+}
 CELERY_BEAT_SCHEDULE["job-counts-compact"] = {
     "task": "jobs.observability.tasks.job_counts_compact",
     "schedule": 30.0,

@@ -181,6 +181,7 @@ class Execution(models.Model):
     cpu_seconds = models.FloatField(null=True, blank=True)
     queue_wait_seconds = models.FloatField(null=True, blank=True)
     usage_rolled_at = models.DateTimeField(null=True, blank=True)
+    details_pruned_at = models.DateTimeField(null=True, blank=True)  # HISTORY_RETENTION_DAYS (jobs.usage)
 
     class Meta:
         ordering = ["job", "attempt"]

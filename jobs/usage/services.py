@@ -6,7 +6,7 @@ transaction locks the job, its execution, then one UsageDay row, always in that 
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from django.db import IntegrityError, transaction
@@ -14,7 +14,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from dispatch_site import metrics, roles
-from jobs.models import Execution, Job
+from jobs.models import Execution, Job, JobEvent
 from jobs.usage import measure
 from jobs.usage.models import UsageDay, wait_column
 
@@ -115,3 +115,41 @@ def usage_rollup(*, limit: int = BATCH) -> int:
     )
     managed = frozenset(roles.namespaces_granted_to_anyone())
     return sum(execution_usage_roll(execution_id=pk, managed=managed) for pk in due)
+
+
+PRUNED: Final[dict[str, Any]] = {
+    "evidence": [],
+    "pods_seen": {},
+    "ranks": [],
+    "log_tail": {},
+    "identity_findings": [],
+    "supervision_warnings": [],
+    "queued_reason": {},
+}
+
+
+def history_prune(*, retention_days: int, now: datetime | None = None, limit: int = BATCH) -> int:
+    """Clear the details of attempts that ended more than `retention_days` ago and that the rollup counted
+    (their usage is in the day rows and on the attempt), and their jobs' timeline entries from before then:
+    evidence, remembered pods, ranks, the log tail. The job, each attempt's state, cause, message, times and
+    usage stay. 0 days: nothing. Safe twice at once: each attempt is claimed by compare-and-set."""
+    if retention_days <= 0:
+        return 0
+    cutoff = (now or timezone.now()) - timedelta(days=retention_days)
+    due = list(
+        Execution.objects.filter(
+            finished_at__lt=cutoff, usage_rolled_at__isnull=False, details_pruned_at__isnull=True
+        )
+        .order_by("finished_at", "pk")
+        .values_list("pk", "job_id")[:limit]
+    )
+    pruned = 0
+    for pk, job_id in due:
+        with transaction.atomic():
+            claimed = Execution.objects.filter(pk=pk, details_pruned_at__isnull=True).update(
+                details_pruned_at=timezone.now(), **PRUNED
+            )
+            if claimed:
+                JobEvent.objects.filter(job_id=job_id, at__lt=cutoff).delete()
+                pruned += 1
+    return pruned
