@@ -24,8 +24,7 @@ def test_the_usage_page_draws_gpu_hours_and_the_lost_share_at_390_px(
 ) -> None:
     uma = make_user("uma", roles.USER, ("team-a",))[0]
     make_user("eve", roles.USER, ("team-b",))
-    for failed in (False, False, True):
-        ended_attempt(uma, namespace="team-a", failed=failed, gpus=2)
+    attempts = [ended_attempt(uma, namespace="team-a", failed=f, gpus=2) for f in (False, False, True)]
     assert usage_rollup.delay().get() == 3
     gpu_hours = 3 * PODS * 2 * RAN_SECONDS / 3600  # 0.2: three attempts, two pods of two GPUs, 60 s
     lost_hours = PODS * 2 * RAN_SECONDS / 3600
@@ -50,6 +49,12 @@ def test_the_usage_page_draws_gpu_hours_and_the_lost_share_at_390_px(
         chart = browser.find_element(By.CSS_SELECTOR, "#gpu-hours svg.chart").size
         assert 0 < chart["width"] <= 390 and chart["height"] > 60  # scaled to the screen, still readable
         screenshot(browser, "usage-390")
+
+        # The job's page shows its attempt's GPU-hours and queue wait.
+        browser.get(f"{live_server.url}/jobs/{attempts[2].job_id}/")
+        attempt = browser.find_element(By.CSS_SELECTOR, "#executions tr[data-attempt='1']")
+        assert attempt.find_element(By.CSS_SELECTOR, "td.gpu-hours").text == f"{lost_hours:.2f}"
+        assert attempt.find_element(By.CSS_SELECTOR, "td.queue-wait").text == "10 s"
 
         logged_in("eve")
         browser.get(f"{live_server.url}/usage/?since={T0.date()}&until={T0.date()}")
