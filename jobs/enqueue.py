@@ -22,6 +22,8 @@ WEBHOOKS_FANOUT: Final = "jobs.observability.tasks.webhooks_fanout"
 WEBHOOK_DELIVER: Final = "jobs.observability.tasks.webhook_deliver"
 WEBHOOKS_SWEEP: Final = "jobs.observability.tasks.webhooks_sweep"
 JOB_COUNTS_COMPACT: Final = "jobs.observability.tasks.job_counts_compact"
+USAGE_ROLLUP: Final = "jobs.usage.tasks.usage_rollup"
+HISTORY_PRUNE: Final = "jobs.usage.tasks.history_prune"
 
 
 def send(name: str, *args: Any, countdown: float | None = None) -> None:

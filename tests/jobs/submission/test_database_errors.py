@@ -31,6 +31,8 @@ TASKS: dict[str, tuple[str, str, tuple[Any, ...]]] = {
     enqueue.WEBHOOK_DELIVER: ("jobs.observability.webhooks", "delivery_send", (1,)),
     enqueue.WEBHOOKS_SWEEP: ("jobs.observability.webhooks", "sweep", ()),
     enqueue.JOB_COUNTS_COMPACT: ("jobs.observability.collector", "compact_job_counts", ()),
+    enqueue.USAGE_ROLLUP: ("jobs.usage.services", "usage_rollup", ()),
+    enqueue.HISTORY_PRUNE: ("jobs.usage.services", "history_prune", ()),
     "runtimes.tasks.runtimes_recheck": ("runtimes.services", "runtimes_recheck", ()),
 }
 
