@@ -25,7 +25,7 @@ def test_the_usage_page_draws_gpu_hours_and_the_lost_share_at_390_px(
     uma = make_user("uma", roles.USER, ("team-a",))[0]
     make_user("eve", roles.USER, ("team-b",))
     attempts = [ended_attempt(uma, namespace="team-a", failed=f, gpus=2) for f in (False, False, True)]
-    assert usage_rollup.delay().get() == 3
+    assert usage_rollup.apply().result == 3
     gpu_hours = 3 * PODS * 2 * RAN_SECONDS / 3600  # 0.2: three attempts, two pods of two GPUs, 60 s
     lost_hours = PODS * 2 * RAN_SECONDS / 3600
 

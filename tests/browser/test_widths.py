@@ -156,7 +156,7 @@ def site(make_user: Any) -> dict[str, Any]:
         )
     # The usage page's chart, legend and table with the longest namespace (rolled up by the beat's task).
     ended_attempt(uma, namespace=LONG_NAMESPACE, failed=True, at=timezone.now() - timedelta(hours=2))
-    usage_rollup.delay().get()
+    assert usage_rollup.apply().result >= 1
     return {"failed": failed, "refused": refused, "session": session, "endpoint": endpoint, "pat": pat}
 
 

@@ -31,7 +31,7 @@ def test_dispatch_usage_shows_the_ended_job_as_a_table_json_and_csv(
     )  # fmt: skip
     assert started.returncode == 0, (started.stdout, started.stderr)
     assert run("--json", "usage").stdout.strip() == "[]"  # not counted before the rollup
-    usage_rollup.delay().get()
+    assert usage_rollup.apply().result == 1
 
     table = run("usage", "--namespace", namespace)
     assert table.returncode == 0, table.stderr

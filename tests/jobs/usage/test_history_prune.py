@@ -35,7 +35,7 @@ def test_the_prune_clears_old_details_keeps_usage_and_counts_each_attempt_once(
         JobEvent.objects.create(job=e.job, attempt=1, kind="transition", to_state=e.state, message="m")
     JobEvent.objects.filter(job__in=[e.job for e in old]).update(at=now - timedelta(days=40))
     unrolled = ended_attempt(uma, at=now - timedelta(days=50))  # ended, but not counted yet: kept whole
-    assert usage_rollup.delay().get() == 8
+    assert usage_rollup.apply().result == 8
     Execution.objects.filter(pk=unrolled.pk).update(usage_rolled_at=None)
 
     api = APIClient()
@@ -44,7 +44,7 @@ def test_the_prune_clears_old_details_keeps_usage_and_counts_each_attempt_once(
     before = api.get("/api/v1/usage", window).json()["results"]
 
     settings.HISTORY_RETENTION_DAYS = 0
-    assert history_prune.delay().get() == 0  # 0: never
+    assert history_prune.apply().result == 0  # 0: never
     settings.HISTORY_RETENTION_DAYS = 30
     counted: list[int] = []
 
@@ -60,7 +60,7 @@ def test_the_prune_clears_old_details_keeps_usage_and_counts_each_attempt_once(
     for t in threads:
         t.join(30)
     assert sum(counted) == 6, counted  # each old attempt once, whichever run took it
-    assert history_prune.delay().get() == 0
+    assert history_prune.apply().result == 0
 
     for e in old:
         e.refresh_from_db()

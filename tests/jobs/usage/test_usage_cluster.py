@@ -93,9 +93,9 @@ def test_usage_matches_the_gpu_seconds_read_from_the_pods(
     expected = {j: sum(g * s for job, g, s in seen.values() if job == j) for j in (ok, bad)}
     assert expected[ok] >= 2 * 18 and expected[bad] >= 2 * 8, seen  # every rank pod's run was read
 
-    rolled = usage_rollup.delay().get()
+    rolled = usage_rollup.apply().result
     assert rolled == 2  # both attempts, once each
-    assert usage_rollup.delay().get() == 0  # a second run counts nothing again
+    assert usage_rollup.apply().result == 0  # a second run counts nothing again
 
     answer = api.get("/api/v1/usage", {"group_by": "namespace", "namespace": namespace})
     assert answer.status_code == 200, answer.content
