@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import socket
@@ -80,18 +79,6 @@ class TooManyEndpoints(Exception):
 # ---------------------------------------------------------------- addresses
 
 
-def _forbidden_address(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    return bool(
-        ip.is_private
-        or ip.is_loopback
-        or ip.is_link_local
-        or ip.is_multicast
-        or ip.is_reserved
-        or ip.is_unspecified
-    )
-
-
 def url_problem(url: str, *, resolve: bool = True) -> str:
     """Why dispatch will not POST to this URL, or "". HTTPS only (WEBHOOK_ALLOW_HTTP for tests); never to a
     private, loopback or link-local address (WEBHOOK_ALLOW_PRIVATE_ADDRESSES for tests), checked on every
@@ -110,7 +97,7 @@ def url_problem(url: str, *, resolve: bool = True) -> str:
     except (OSError, UnicodeError) as exc:
         return f"its host {parsed.hostname!r} does not resolve: {exc}"
     for info in infos:
-        if _forbidden_address(str(info[4][0])):
+        if not webhook_send.address_allowed(str(info[4][0])):
             return f"its host {parsed.hostname!r} resolves to {info[4][0]}, a private or local address"
     return ""
 
@@ -474,7 +461,8 @@ def delivery_send(*, delivery_id: int) -> None:
     body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True)
     headers = signing.headers(signing_secrets(endpoint, now), delivery.msg_id, int(now.timestamp()), body)
     headers["User-Agent"] = "dispatch-webhooks/1"
-    problem = url_problem(endpoint.url)
+    # The addresses are judged by the connection itself (webhook_send.CheckedResolver), inside the deadline.
+    problem = url_problem(endpoint.url, resolve=False)
     if problem:
         result = AttemptResult(status=None, latency_ms=0, error=f"not sent: the URL {problem}")
     else:
@@ -484,6 +472,7 @@ def delivery_send(*, delivery_id: int) -> None:
             headers,
             deadline=float(settings.WEBHOOK_TIMEOUT_SECONDS),
             cafile=settings.WEBHOOK_CA_BUNDLE,
+            allow_private=settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES,
         )
     metrics.WEBHOOK_DELIVERY_SECONDS.observe(result.latency_ms / 1000)
     _record(claim, result)
