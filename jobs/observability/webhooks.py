@@ -258,6 +258,16 @@ def signing_secrets(endpoint: WebhookEndpoint, now: datetime) -> list[str]:
 # ---------------------------------------------------------------- fan-out
 
 
+def owner_may_receive(endpoint: WebhookEndpoint) -> bool:
+    """An endpoint delivers only with its owner's authority as it stands now: an active owner, and for a
+    namespace subscription (which only the platform role may make) that role still held. A demoted or
+    deactivated owner's endpoint receives nothing: changes made meanwhile are skipped, not kept for later."""
+    owner = endpoint.owner
+    if not owner.is_active:
+        return False
+    return not endpoint.namespace or roles.is_platform(owner)
+
+
 def _scope(endpoint: WebhookEndpoint) -> QuerySet[Change]:
     changes = Change.objects.all()
     if endpoint.namespace == ALL_NAMESPACES:
@@ -298,8 +308,16 @@ def fanout() -> int:
     for endpoint_id in WebhookEndpoint.objects.filter(fanned_seq__lt=top).values_list("pk", flat=True):
         while True:
             with transaction.atomic():
-                endpoint = WebhookEndpoint.objects.select_for_update().filter(pk=endpoint_id).first()
+                endpoint = (
+                    WebhookEndpoint.objects.select_for_update(of=("self",))
+                    .select_related("owner")
+                    .filter(pk=endpoint_id)
+                    .first()
+                )
                 if endpoint is None or endpoint.fanned_seq >= top:
+                    break
+                if not owner_may_receive(endpoint):
+                    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(fanned_seq=top)
                     break
                 rows = list(
                     _scope(endpoint)
@@ -463,7 +481,14 @@ def delivery_send(*, delivery_id: int) -> None:
     headers["User-Agent"] = "dispatch-webhooks/1"
     # The addresses are judged by the connection itself (webhook_send.CheckedResolver), inside the deadline.
     problem = url_problem(endpoint.url, resolve=False)
-    if problem:
+    if not owner_may_receive(endpoint):
+        result = AttemptResult(
+            status=None,
+            latency_ms=0,
+            error="not sent: its owner no longer may receive it (deactivated, or no longer platform for a "
+            "namespace subscription)",
+        )
+    elif problem:
         result = AttemptResult(status=None, latency_ms=0, error=f"not sent: the URL {problem}")
     else:
         result = webhook_send.post(
