@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import socket
@@ -80,18 +79,6 @@ class TooManyEndpoints(Exception):
 # ---------------------------------------------------------------- addresses
 
 
-def _forbidden_address(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    return bool(
-        ip.is_private
-        or ip.is_loopback
-        or ip.is_link_local
-        or ip.is_multicast
-        or ip.is_reserved
-        or ip.is_unspecified
-    )
-
-
 def url_problem(url: str, *, resolve: bool = True) -> str:
     """Why dispatch will not POST to this URL, or "". HTTPS only (WEBHOOK_ALLOW_HTTP for tests); never to a
     private, loopback or link-local address (WEBHOOK_ALLOW_PRIVATE_ADDRESSES for tests), checked on every
@@ -110,7 +97,7 @@ def url_problem(url: str, *, resolve: bool = True) -> str:
     except (OSError, UnicodeError) as exc:
         return f"its host {parsed.hostname!r} does not resolve: {exc}"
     for info in infos:
-        if _forbidden_address(str(info[4][0])):
+        if not webhook_send.address_allowed(str(info[4][0])):
             return f"its host {parsed.hostname!r} resolves to {info[4][0]}, a private or local address"
     return ""
 
@@ -271,6 +258,16 @@ def signing_secrets(endpoint: WebhookEndpoint, now: datetime) -> list[str]:
 # ---------------------------------------------------------------- fan-out
 
 
+def owner_may_receive(endpoint: WebhookEndpoint) -> bool:
+    """An endpoint delivers only with its owner's authority as it stands now: an active owner, and for a
+    namespace subscription (which only the platform role may make) that role still held. A demoted or
+    deactivated owner's endpoint receives nothing: changes made meanwhile are skipped, not kept for later."""
+    owner = endpoint.owner
+    if not owner.is_active:
+        return False
+    return not endpoint.namespace or roles.is_platform(owner)
+
+
 def _scope(endpoint: WebhookEndpoint) -> QuerySet[Change]:
     changes = Change.objects.all()
     if endpoint.namespace == ALL_NAMESPACES:
@@ -311,8 +308,16 @@ def fanout() -> int:
     for endpoint_id in WebhookEndpoint.objects.filter(fanned_seq__lt=top).values_list("pk", flat=True):
         while True:
             with transaction.atomic():
-                endpoint = WebhookEndpoint.objects.select_for_update().filter(pk=endpoint_id).first()
+                endpoint = (
+                    WebhookEndpoint.objects.select_for_update(of=("self",))
+                    .select_related("owner")
+                    .filter(pk=endpoint_id)
+                    .first()
+                )
                 if endpoint is None or endpoint.fanned_seq >= top:
+                    break
+                if not owner_may_receive(endpoint):
+                    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(fanned_seq=top)
                     break
                 rows = list(
                     _scope(endpoint)
@@ -474,8 +479,16 @@ def delivery_send(*, delivery_id: int) -> None:
     body = json.dumps(delivery.payload, separators=(",", ":"), sort_keys=True)
     headers = signing.headers(signing_secrets(endpoint, now), delivery.msg_id, int(now.timestamp()), body)
     headers["User-Agent"] = "dispatch-webhooks/1"
-    problem = url_problem(endpoint.url)
-    if problem:
+    # The addresses are judged by the connection itself (webhook_send.CheckedResolver), inside the deadline.
+    problem = url_problem(endpoint.url, resolve=False)
+    if not owner_may_receive(endpoint):
+        result = AttemptResult(
+            status=None,
+            latency_ms=0,
+            error="not sent: its owner no longer may receive it (deactivated, or no longer platform for a "
+            "namespace subscription)",
+        )
+    elif problem:
         result = AttemptResult(status=None, latency_ms=0, error=f"not sent: the URL {problem}")
     else:
         result = webhook_send.post(
@@ -484,6 +497,7 @@ def delivery_send(*, delivery_id: int) -> None:
             headers,
             deadline=float(settings.WEBHOOK_TIMEOUT_SECONDS),
             cafile=settings.WEBHOOK_CA_BUNDLE,
+            allow_private=settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES,
         )
     metrics.WEBHOOK_DELIVERY_SECONDS.observe(result.latency_ms / 1000)
     _record(claim, result)

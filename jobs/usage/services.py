@@ -51,7 +51,7 @@ def execution_usage_roll(*, execution_id: int, managed: frozenset[str] | None = 
     if job_id is None:
         return False
     with transaction.atomic():
-        job = Job.objects.select_for_update().select_related("owner").filter(pk=job_id).first()
+        job = Job.objects.select_for_update(of=("self",)).select_related("owner").filter(pk=job_id).first()
         claimed = Execution.objects.filter(
             pk=execution_id, usage_rolled_at__isnull=True, finished_at__isnull=False
         ).update(usage_rolled_at=now)
