@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, Final
 
+from jobs.usage import measure
+
 # A palette that stays apart for the common colour-vision deficiencies (Okabe and Ito).
 PALETTE: Final = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 OTHERS: Final = "others"
@@ -107,7 +109,7 @@ def stacked_bars(
                 continue
             h = HEIGHT * amount / top
             y -= h
-            title = f"{name}, {period}: {amount:.2f}"
+            title = f"{name}, {period}: {measure.hours_text(amount)}"
             segments.append(Segment(AXIS + i * slot + (slot - bar) / 2, y, bar, h, colors[name], title))
     ticks = [(HEIGHT - HEIGHT * f, f"{top * f:g}") for f in (0.0, 0.5, 1.0)]
     every = max(1, len(periods) // 6)  # at most about seven labels under the bars

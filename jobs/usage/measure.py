@@ -14,6 +14,7 @@ Pure: plain data in, plain data out.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -110,9 +111,30 @@ def percentile(counts: Mapping[int, int], q: float) -> float | None:
 
 
 def outcome(state: str, cause: str) -> str:
-    """The rollup's outcome key: the attempt's cause, or its state when it has none (succeeded)."""
+    """The rollup's outcome key: the attempt's cause, or its state when it has none (succeeded, and
+    `running` for an attempt not ended yet)."""
     return cause or state
+
+
+def runtime_key(kind: str, namespace: str, name: str) -> str:
+    """The rollup's runtime key: kind/name, or kind/namespace/name for a namespaced runtime."""
+    return "/".join(p for p in (kind, namespace, name) if p)
+
+
+def queue_key(plan: Mapping[str, Any] | None) -> str:
+    """The rollup's queue key: the Kueue LocalQueue the job's plan chose; "" without Kueue."""
+    queue = (plan or {}).get("queue") or {}
+    return str(queue.get("local_queue") or "") if isinstance(queue, Mapping) else ""
 
 
 def hours(seconds: float) -> float:
     return round(seconds / 3600, 6)
+
+
+def hours_text(value: float) -> str:
+    """Hours as people read them: two decimals from 0.1 up (and for 0), else two significant digits (a short
+    job's 0.014 GPU-h is not "0.00"), never more than the six decimals `hours` keeps."""
+    if value == 0 or abs(value) >= 0.1:
+        return f"{value:.2f}"
+    decimals = min(6, 1 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"

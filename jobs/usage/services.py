@@ -21,16 +21,6 @@ from jobs.usage.models import UsageDay, wait_column
 BATCH: Final = 500
 
 
-def _runtime(job: Job) -> str:
-    parts = [job.runtime_kind, job.runtime_namespace, job.runtime_name]
-    return "/".join(p for p in parts if p)
-
-
-def _queue(job: Job) -> str:
-    queue = (job.plan or {}).get("queue") or {}
-    return str(queue.get("local_queue") or "")
-
-
 def _add(key: dict[str, Any], **amounts: Any) -> None:
     """Add amounts to the row under key, made first when new (when a concurrent rollup made it: to its)."""
     try:
@@ -76,8 +66,8 @@ def execution_usage_roll(*, execution_id: int, managed: frozenset[str] | None = 
             "day": execution.finished_at.astimezone(UTC).date(),
             "namespace": job.namespace,
             "owner": job.owner.get_username(),
-            "queue": _queue(job),
-            "runtime": _runtime(job),
+            "queue": measure.queue_key(job.plan),
+            "runtime": measure.runtime_key(job.runtime_kind, job.runtime_namespace, job.runtime_name),
             "outcome": measure.outcome(execution.state, execution.cause),
         }
         waited = (

@@ -82,9 +82,15 @@ def test_usage_matches_the_gpu_seconds_read_from_the_pods(
             ran = _seconds(done.started_at, done.finished_at) if done else 0.0
             seen[pod.metadata.uid] = (job, gpus, ran)
 
+    # While a job runs, its attempt's GPU-hours so far show under the cause `running` (measured until now).
+    running_seen: list[float] = []
+
     def ended() -> bool:
         cycle.supervise()
         read_pods()
+        if Job.objects.get(pk=ok).state == JobState.RUNNING:
+            rows = api.get("/api/v1/usage", {"group_by": "cause", "namespace": namespace}).json()["results"]
+            running_seen.extend(r["gpu_hours"] for r in rows if r["cause"] == "running")
         return {Job.objects.get(pk=j).state for j in (ok, bad)} <= TERMINAL
 
     wait_for(ended, timeout=120, interval=1, what="both jobs ended, as supervision sees them")
@@ -93,6 +99,11 @@ def test_usage_matches_the_gpu_seconds_read_from_the_pods(
     expected = {j: sum(g * s for job, g, s in seen.values() if job == j) for j in (ok, bad)}
     assert expected[ok] >= 2 * 18 and expected[bad] >= 2 * 8, seen  # every rank pod's run was read
 
+    assert running_seen and max(running_seen) > 0, running_seen  # the running job's GPU-hours grew
+    assert max(running_seen) * 3600 <= expected[ok] + expected[bad] + 5
+
+    # Ended, not counted by the beat's rollup yet: the answer measures them already, and the same after.
+    [early] = api.get("/api/v1/usage", {"group_by": "namespace", "namespace": namespace}).json()["results"]
     rolled = usage_rollup.apply().result
     assert rolled == 2  # both attempts, once each
     assert usage_rollup.apply().result == 0  # a second run counts nothing again
@@ -105,6 +116,7 @@ def test_usage_matches_the_gpu_seconds_read_from_the_pods(
     assert row["gpu_hours_lost"] * 3600 == pytest.approx(expected[bad], rel=0.25)
     assert row["jobs"] == 2 and row["attempts"] == 2
     assert row["queue_wait_p50_seconds"] is not None
+    assert (early["gpu_hours"], early["jobs"], early["attempts"]) == pytest.approx((row["gpu_hours"], 2, 2))
 
     by_cause = api.get("/api/v1/usage", {"group_by": "cause", "namespace": namespace}).json()["results"]
     assert {r["cause"]: r["gpu_hours_lost"] > 0 for r in by_cause} == {"app-error": True, "succeeded": False}

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from jobs.podresources import pod_compute
-from jobs.usage.measure import WAIT_BOUNDS, attempt_usage, percentile, pod_ran, wait_bucket
+from jobs.usage.measure import WAIT_BOUNDS, attempt_usage, hours_text, percentile, pod_ran, wait_bucket
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 
@@ -124,3 +124,12 @@ def test_stacked_bars_stack_each_days_groups_and_fold_the_smallest_into_others()
         ("preempted", 75.0, 0.0),
         ("app-error", 25.0, 75.0),
     ]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(0, "0.00"), (12.345, "12.35"), (0.2, "0.20"), (0.1, "0.10"), (0.0139, "0.014"), (0.0667, "0.067"),
+     (0.00001, "0.000010"), (0.0000001, "0.000000")],
+)  # fmt: skip
+def test_hours_read_as_two_decimals_or_two_significant_digits(value: float, text: str) -> None:
+    assert hours_text(value) == text

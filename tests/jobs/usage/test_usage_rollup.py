@@ -12,9 +12,10 @@ from django.db import connection
 from prometheus_client import REGISTRY
 
 from jobs.models import Execution
-from jobs.usage import services
+from jobs.usage import selectors, services
 from jobs.usage.measure import wait_bucket
 from jobs.usage.models import UsageDay, wait_column
+from jobs.usage.selectors import UsageQuery
 from tests.jobs.usage.rows import T0, ended_attempt
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -66,3 +67,50 @@ def test_two_rollups_at_once_count_every_attempt_once(make_user: Any) -> None:
     after = REGISTRY.get_sample_value("dispatch_gpu_seconds_total", labels)
     assert after is not None and after - before == pytest.approx(240 * failed)
     assert services.usage_rollup() == 0
+
+
+def test_the_answer_counts_each_attempt_once_while_the_rollup_runs(make_user: Any) -> None:
+    """Ended attempts show in the usage answer before the rollup counts them, and while four rollups commit
+    between the answer's two reads (the day rows, then the attempts not counted yet), every answer still
+    holds each attempt exactly once: the reads share one snapshot."""
+    owner, _ = make_user("uma", namespaces=("team-a",))
+    _ended_attempts(owner)
+    query = UsageQuery(group_by="namespace", since=T0.date(), until=T0.date())
+    [before] = selectors.usage_rows(owner, query)
+    assert (before["gpu_hours"], before["attempts"], before["jobs"]) == (
+        240 * ATTEMPTS / 3600,
+        ATTEMPTS,
+        ATTEMPTS,
+    )
+    answers: list[tuple[float, int]] = []
+    done = threading.Event()
+    start = threading.Barrier(5)
+
+    def roll() -> None:
+        try:
+            start.wait()
+            for _ in range(ATTEMPTS):
+                services.usage_rollup(limit=1)
+        finally:
+            connection.close()
+
+    def read() -> None:
+        try:
+            start.wait()
+            while not done.is_set():
+                [row] = selectors.usage_rows(owner, query)
+                answers.append((row["gpu_hours"], row["attempts"]))
+        finally:
+            connection.close()
+
+    rollers = [threading.Thread(target=roll) for _ in range(4)]
+    reader = threading.Thread(target=read)
+    for t in (*rollers, reader):
+        t.start()
+    for t in rollers:
+        t.join(120)
+    done.set()
+    reader.join(60)
+    assert Execution.objects.filter(usage_rolled_at__isnull=True).count() == 0  # all counted meanwhile
+    assert len(answers) >= 5, answers
+    assert set(answers) == {(240 * ATTEMPTS / 3600, ATTEMPTS)}, sorted(set(answers))
