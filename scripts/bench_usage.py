@@ -9,6 +9,13 @@ queues, 4 runtimes, 6 outcomes, a queue wait) is added to its (day, namespace, o
 outcome) row and wait bucket exactly as jobs.usage.services adds a real one (with jobs.usage.measure's
 outcome and wait_bucket), then the rows are bulk-inserted. Requests go through Django's test client (the
 whole view: authentication, the scope, the query, rendering), after a warm-up; the rows are deleted after.
+
+- After a prune (HISTORY_RETENTION_DAYS): 10,000 jobs whose attempts ended 40 days ago, counted by the
+  rollup, each with the details a real attempt keeps (evidence, remembered pods, ranks, a log tail, timeline
+  entries), beside the 1,000,000-attempt rollup. The job list's first page and the usage query are timed
+  before and after jobs.usage.services.history_prune (in the beat's batches), the prune's rate is reported,
+  and the target is that neither read is slower after the prune (p95 after <= 1.2 x before). The jobs are
+  rows standing in for volume; the prune and the reads run the code the beat and the API run.
 """
 
 from __future__ import annotations
@@ -34,6 +41,9 @@ REPEAT = int(os.environ.get("BENCH_USAGE_REPEAT", "20"))
 PREFIX = "bench-usage-"
 ONCALL = "bench-usage-oncall"
 P95_TARGET_MS = 300.0
+PRUNE_JOBS = int(os.environ.get("BENCH_USAGE_PRUNE_JOBS", "10000"))
+PRUNE_RETENTION_DAYS = 30
+AFTER_PRUNE_MAX_RATIO = 1.2
 OUTCOMES = [("succeeded", ""), ("failed", "app-error"), ("failed", "preempted"), ("failed", "oom"),
             ("failed", "node-lost"), ("cancelled", "")]  # fmt: skip
 WEIGHTS = [70, 12, 8, 4, 2, 4]
@@ -92,6 +102,95 @@ def _load(attempts: int, today: date) -> int:
     return len(rows)
 
 
+def _old_jobs(owner: Any, count: int, now: datetime) -> None:
+    """`count` ended jobs of one attempt each, 40 days old, counted by the rollup, with full details."""
+    from jobs.models import Execution, Job, JobEvent
+    from jobs.naming import new_job_id
+
+    ended = now - timedelta(days=PRUNE_RETENTION_DAYS + 10)
+    line = "step 1200/5000 loss=0.4213 lr=3.0e-04 tokens/s=48120 " * 2
+    pod = {"phase": "Failed", "gpus": 2, "cpus": 8, "containers": [{"name": "node", "exit_code": 3}]}
+    evidence = [{"object": f"Pod/p{i}", "field": "status.phase", "value": "Failed", "at": ended.isoformat()}
+                for i in range(8)]  # fmt: skip
+    for start in range(0, count, 1000):
+        jobs = [
+            Job(id=new_job_id(), owner=owner, namespace=f"{PREFIX}team-{i % 40}", runtime_name="torch-0",
+                runtime_kind="ClusterTrainingRuntime", spec={}, plan={"queue": {"local_queue": "gpu-large"}},
+                state="failed", cause="app-error", evidence=evidence, current_attempt=1)
+            for i in range(start, min(count, start + 1000))
+        ]  # fmt: skip
+        Job.objects.bulk_create(jobs)
+        Job.objects.filter(pk__in=[j.pk for j in jobs]).update(created_at=ended, updated_at=ended)
+        Execution.objects.bulk_create(
+            Execution(job=j, attempt=1, trainjob_name=f"{j.pk}-1", state="failed", cause="app-error",
+                      submitted_at=ended - timedelta(hours=2), started_at=ended - timedelta(hours=1),
+                      finished_at=ended, usage_rolled_at=ended, gpu_seconds=7200.0, evidence=evidence,
+                      pods_seen={f"uid-{r}": pod for r in range(4)}, ranks=[{"rank": r} for r in range(4)],
+                      log_tail={"lines": [line] * 50})
+            for j in jobs
+        )  # fmt: skip
+        events = JobEvent.objects.bulk_create(
+            JobEvent(job=j, attempt=1, kind="state", message=f"step {n}") for j in jobs for n in range(5)
+        )
+        JobEvent.objects.filter(pk__in=[e.pk for e in events]).update(at=ended)
+
+
+def _table_mb(*models: Any) -> float:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        total = 0
+        for model in models:
+            cursor.execute("SELECT pg_total_relation_size(%s)", [model._meta.db_table])
+            total += cursor.fetchone()[0]
+    return total / 2**20
+
+
+def _vacuum(*models: Any) -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for model in models:
+            cursor.execute(f"VACUUM ANALYZE {model._meta.db_table}")
+
+
+def _prune_side(client: Any, owner: Any, queries: dict[str, str]) -> dict[str, Any]:
+    """The reads before and after the prune of PRUNE_JOBS old jobs (see the module docstring)."""
+    from django.utils import timezone
+
+    from jobs.models import Execution, Job, JobEvent
+    from jobs.usage import services
+
+    now = timezone.now()
+    log(f"{PRUNE_JOBS:,} old jobs with their details ...")
+    _old_jobs(owner, PRUNE_JOBS, now)
+    _vacuum(Job, Execution, JobEvent)
+    reads = {"job list, first page": "/api/v1/jobs?limit=50", "usage, 30 days by namespace": queries[
+        "30 days by namespace"]}  # fmt: skip
+    before = {name: _p95(client, url) for name, url in reads.items()}
+    size_before = _table_mb(Execution, JobEvent)
+    started, pruned = time.perf_counter(), 0
+    while batch := services.history_prune(retention_days=PRUNE_RETENTION_DAYS, now=now):
+        pruned += batch
+    prune_s = time.perf_counter() - started
+    _vacuum(Job, Execution, JobEvent)  # as autovacuum would after the prune's updates
+    after = {name: _p95(client, url) for name, url in reads.items()}
+    log(f"pruned {pruned:,} attempts in {prune_s:.1f} s")
+    return {
+        "pruned": pruned,
+        "prune_s": prune_s,
+        "mb_before": size_before,
+        "mb_after": _table_mb(Execution, JobEvent),
+        "reads": [{"name": n, "before_s": before[n], "after_s": after[n]} for n in reads],
+    }
+
+
+def _clear_jobs(owner: Any) -> None:
+    from jobs.models import Job
+
+    Job.objects.filter(owner=owner).delete()
+
+
 def _p95(client: Any, url: str) -> float:
     client.get(url)  # warm-up
     samples = []
@@ -133,14 +232,29 @@ def run() -> dict[str, Any]:
         results["queries"] = [
             {"name": name, "small_s": sides[SMALL][name], "large_s": sides[LARGE][name]} for name in queries
         ]
+        if PRUNE_JOBS:
+            results["prune"] = _prune_side(client, oncall, queries)
     finally:
+        _clear_jobs(oncall)
         _clear()
         oncall.delete()
     return results
 
 
 def targets(results: dict[str, Any]) -> list[Target]:
-    return [
+    prune: dict[str, Any] = results.get("prune") or {}
+    after_prune = [
+        Target(
+            f"{r['name']} after pruning {prune['pruned']:,} attempts' details "
+            f"(p95 {r['after_s'] * 1000:.1f} ms; before: {r['before_s'] * 1000:.1f} ms)",
+            f"{r['after_s'] / r['before_s']:.2f}x",
+            f"<= {AFTER_PRUNE_MAX_RATIO}x",
+            r["after_s"] <= AFTER_PRUNE_MAX_RATIO * r["before_s"],
+            f"p95 of {REPEAT} requests, same run",
+        )
+        for r in prune.get("reads", [])
+    ]
+    return after_prune + [
         Target(
             f"usage API, {q['name']}, 1,000,000 attempts (p95 {q['large_s'] * 1000:.1f} ms; 1,000: "
             f"{q['small_s'] * 1000:.1f} ms)",
@@ -168,6 +282,25 @@ def report_lines(results: dict[str, Any]) -> list[str]:
             f"| {q['name']} | {q['small_s'] * 1000:.1f} | {q['large_s'] * 1000:.1f} | "
             f"{q['large_s'] / q['small_s']:.2f} | p95 < {P95_TARGET_MS:.0f} ms | {met} |"
         )
+    prune = results.get("prune")
+    if prune:
+        rate = prune["pruned"] / prune["prune_s"] if prune["prune_s"] else 0.0
+        lines += [
+            "",
+            f"History prune: {prune['pruned']:,} attempts' details in {prune['prune_s']:.1f} s "
+            f"({rate:,.0f} attempts/s); attempts and timeline tables {prune['mb_before']:.0f} MB before, "
+            f"{prune['mb_after']:.0f} MB after (VACUUM ANALYZE, not FULL: the space is reused).",
+            "",
+            "| read | before the prune ms | after ms | after/before | target | met |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in prune["reads"]:
+            ratio = r["after_s"] / r["before_s"]
+            met = "yes" if ratio <= AFTER_PRUNE_MAX_RATIO else "NO"
+            lines.append(
+                f"| {r['name']} | {r['before_s'] * 1000:.1f} | {r['after_s'] * 1000:.1f} | {ratio:.2f} | "
+                f"<= {AFTER_PRUNE_MAX_RATIO}x | {met} |"
+            )
     return lines
 
 

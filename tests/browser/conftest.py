@@ -5,11 +5,14 @@ real login form, so the form, the session cookie and CSRF are exercised every ti
 from __future__ import annotations
 
 import base64
+import threading
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 from pytest_django.live_server_helper import LiveServer
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -17,6 +20,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
+
+from dispatch_site import roles
+from dispatch_site.services import user_create
+from runtimes.models import AllowListEntry
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -111,3 +118,40 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> None:
 
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS knox_authtoken")
+
+
+@pytest.fixture
+def on_cluster(kubeconfig: str, namespace: str, settings: Any) -> dict[str, Any]:
+    """dispatch pointed at the local control plane; dispatch-kind allow-listed; a user granted the test's
+    namespace (who is also the one on-call watches)."""
+    settings.KUBECONFIG = kubeconfig
+    settings.KUBE_TIMEOUT_SECONDS = 20
+    AllowListEntry.objects.get_or_create(kind="ClusterTrainingRuntime", name="dispatch-kind", for_jobs=True)
+    name = f"sam-{uuid.uuid4().hex[:6]}"
+    user, token = user_create(username=name, role=roles.USER, namespaces=[namespace], password=f"pw-{name}")
+    return {"user": user, "token": token, "namespace": namespace}
+
+
+@pytest.fixture
+def supervisor() -> Iterator[Callable[[], None]]:
+    """The `manage.py supervise` loop (cycles plus the pod watch) in a thread, started on demand."""
+    from jobs.supervision.watch import run_forever
+
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def start() -> None:
+        def run() -> None:
+            try:
+                run_forever(stop.is_set, interval=2)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=run, daemon=True, name="supervisor")
+        thread.start()
+        threads.append(thread)
+
+    yield start
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=15)

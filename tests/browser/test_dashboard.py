@@ -8,15 +8,12 @@ page in the browser polls. Rows written directly stand in only for volume and fo
 from __future__ import annotations
 
 import contextlib
-import threading
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 from pytest_django.live_server_helper import LiveServer
@@ -27,9 +24,7 @@ from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
 from dispatch_site import roles
-from dispatch_site.services import user_create
 from jobs.models import Execution, Job, JobState
-from runtimes.models import AllowListEntry
 from tests.browser.conftest import HEIGHT, WIDTH, LogIn, screenshot
 from tests.jobs.dashboard.test_job_pages import OOM_EVIDENCE, make_job, runtime_body
 from tests.support.dispatch import wait_for
@@ -257,18 +252,6 @@ def _api(token: str) -> APIClient:
     return api
 
 
-@pytest.fixture
-def on_cluster(kubeconfig: str, namespace: str, settings: Any) -> dict[str, Any]:
-    """dispatch pointed at the local control plane; dispatch-kind allow-listed; a user granted the test's
-    namespace (who is also the one on-call watches)."""
-    settings.KUBECONFIG = kubeconfig
-    settings.KUBE_TIMEOUT_SECONDS = 20
-    AllowListEntry.objects.get_or_create(kind="ClusterTrainingRuntime", name="dispatch-kind", for_jobs=True)
-    name = f"sam-{uuid.uuid4().hex[:6]}"
-    user, token = user_create(username=name, role=roles.USER, namespaces=[namespace], password=f"pw-{name}")
-    return {"user": user, "token": token, "namespace": namespace}
-
-
 def _submit(on_cluster: dict[str, Any], env: dict[str, str]) -> str:
     body = {
         "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
@@ -282,31 +265,6 @@ def _submit(on_cluster: dict[str, Any], env: dict[str, str]) -> str:
     assert response.status_code == 202, response.json()
     job_id: str = response.json()["id"]
     return job_id
-
-
-@pytest.fixture
-def supervisor() -> Iterator[Callable[[], None]]:
-    """The `manage.py supervise` loop (cycles plus the pod watch) in a thread, started on demand."""
-    from jobs.supervision.watch import run_forever
-
-    stop = threading.Event()
-    threads: list[threading.Thread] = []
-
-    def start() -> None:
-        def run() -> None:
-            try:
-                run_forever(stop.is_set, interval=2)
-            finally:
-                connection.close()
-
-        thread = threading.Thread(target=run, daemon=True, name="supervisor")
-        thread.start()
-        threads.append(thread)
-
-    yield start
-    stop.set()
-    for thread in threads:
-        thread.join(timeout=15)
 
 
 @pytest.mark.cluster
