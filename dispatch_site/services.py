@@ -10,7 +10,7 @@ from django.contrib.auth.models import Group, User
 from django.db import transaction
 
 from dispatch_site import roles
-from dispatch_site.audit import audit_record
+from dispatch_site.audit import acting_as, audit_record
 from dispatch_site.models import ApiToken, NamespaceGrant
 from dispatch_site.roles import AnyUser
 
@@ -31,11 +31,12 @@ def user_create(
     if role not in roles.ROLES:
         raise ValueError(f"unknown role {role!r}: use one of {', '.join(roles.ROLES)}")
     user = User.objects.create_user(username=username, email=email, password=password)
-    if role != roles.USER:
-        group, _ = Group.objects.get_or_create(name=role)
-        user.groups.add(group)
-    for namespace in dict.fromkeys(namespaces):
-        NamespaceGrant.objects.create(user=user, namespace=namespace)
+    with acting_as(actor):  # the role and grants are audited as given by the creator
+        if role != roles.USER:
+            group, _ = Group.objects.get_or_create(name=role)
+            user.groups.add(group)
+        for namespace in dict.fromkeys(namespaces):
+            NamespaceGrant.objects.create(user=user, namespace=namespace)
     _, token = token_create(user=user, name="create_user", actor=actor)
     audit_record(
         actor=actor,
@@ -45,6 +46,55 @@ def user_create(
         details={"role": role, "namespaces": list(dict.fromkeys(namespaces))},
     )
     return user, token
+
+
+@transaction.atomic
+def user_access_update(
+    *,
+    user: User,
+    role: str | None = None,
+    grant: Iterable[str] = (),
+    revoke: Iterable[str] = (),
+    active: bool | None = None,
+    actor: AnyUser | None = None,
+    actor_name: str | None = None,
+) -> list[str]:
+    """Change a user's role (platform, oncall or user: the one role they hold after), namespace grants and
+    whether the account may act; returns what changed, in words. Each change is audited
+    (dispatch_site.signals) with `actor` (or `actor_name`) as who did it. Deactivating an account revokes
+    its API tokens: a token must not outlive the account's right to act. The user's row is locked, so two
+    changes apply in turn."""
+    if role is not None and role not in roles.ROLES:
+        raise ValueError(f"unknown role {role!r}: use one of {', '.join(roles.ROLES)}")
+    user = User.objects.select_for_update().get(pk=user.pk)
+    changed: list[str] = []
+    with acting_as(actor, actor_name):
+        if role is not None:
+            held = set(user.groups.filter(name__in=roles.ROLES).values_list("name", flat=True))
+            wanted = set() if role == roles.USER else {role}
+            if held != wanted:
+                for name in sorted(held - wanted):
+                    user.groups.remove(Group.objects.get(name=name))
+                for name in sorted(wanted - held):
+                    user.groups.add(Group.objects.get_or_create(name=name)[0])
+                changed.append(f"role {role}")
+        for namespace in dict.fromkeys(grant):
+            _, made = NamespaceGrant.objects.get_or_create(user=user, namespace=namespace)
+            if made:
+                changed.append(f"granted {namespace}")
+        for namespace in dict.fromkeys(revoke):
+            if NamespaceGrant.objects.filter(user=user, namespace=namespace).delete()[0]:
+                changed.append(f"revoked {namespace}")
+        if active is not None and active != user.is_active:
+            user.is_active = active
+            user.save(update_fields=["is_active"])
+            changed.append("activated" if active else "deactivated")
+            if not active:
+                revoked = ApiToken.objects.filter(user=user).count()
+                ApiToken.objects.filter(user=user).delete()  # and what they created (CASCADE)
+                if revoked:
+                    changed.append(f"{revoked} API token(s) revoked")
+    return changed
 
 
 class TokenNotAllowed(Exception):

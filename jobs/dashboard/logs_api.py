@@ -14,6 +14,7 @@ X-Dispatch-Kept.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.http import Http404, HttpResponse, StreamingHttpResponse
@@ -27,6 +28,7 @@ from rest_framework.views import APIView
 from cluster import logs as cluster_logs
 from cluster.errors import ClusterError, NotFound, Rejected
 from dispatch_site.api import DetailSerializer, StrictSerializer
+from dispatch_site.audit import audit_record_unless_recent
 from dispatch_site.longrequests import released_after, take_slot
 from jobs import selectors
 from jobs.logtail import chain_pods, claims_message, kept_log, pod_selector, rank_pod
@@ -133,6 +135,22 @@ class LogQuerySerializer(StrictSerializer):
     follow = serializers.BooleanField(required=False, default=False)
 
 
+AUDIT_WINDOW = timedelta(minutes=10)
+
+
+def log_read_record(*, user: Any, job: Job, attempt: int, rank: int, container: str, via: str) -> None:
+    """The audit log's row for a log read (logs can hold what their job printed: who read whose is kept),
+    once per reader, job, attempt, rank and container in AUDIT_WINDOW: a page reloading it is one read."""
+    audit_record_unless_recent(
+        actor=user,
+        action="log.read",
+        object_type="job",
+        object_id=job.pk,
+        details={"attempt": attempt, "rank": rank, "container": container, "via": via, "owner": job.owner_id},
+        within=AUDIT_WINDOW,
+    )
+
+
 def _headers(response: HttpResponse | StreamingHttpResponse, pod: cluster_logs.PodInfo, attempt: int) -> None:
     response["X-Dispatch-Pod"] = pod.name
     response["X-Dispatch-Attempt"] = str(attempt)
@@ -191,6 +209,9 @@ class JobLogsApi(APIView):
                 )
                 streaming["X-Accel-Buffering"] = "no"
                 _headers(streaming, pod, attempt)
+                log_read_record(
+                    user=request.user, job=job, attempt=attempt, rank=rank, container=container, via="api"
+                )
                 return streaming
             log = cluster_logs.read_log(
                 job.namespace, pod.name, container, tail_lines=params["tail"], limit_bytes=MAX_BYTES
@@ -204,6 +225,9 @@ class JobLogsApi(APIView):
                 response["X-Dispatch-Attempt"] = str(attempt)
                 response["X-Dispatch-Rank"] = str(rank)
                 response["X-Dispatch-Kept"] = kept.captured_at
+                log_read_record(
+                    user=request.user, job=job, attempt=attempt, rank=rank, container=container, via="api"
+                )
                 return response
             if isinstance(exc, LogNotFound):
                 return Response({"detail": exc.detail, **exc.exists}, status=status.HTTP_404_NOT_FOUND)
@@ -219,4 +243,7 @@ class JobLogsApi(APIView):
         response = HttpResponse(log.text, content_type="text/plain; charset=utf-8")
         response["X-Dispatch-Truncated"] = "true" if log.truncated else "false"
         _headers(response, pod, attempt)
+        log_read_record(
+            user=request.user, job=job, attempt=attempt, rank=rank, container=container, via="api"
+        )
         return response

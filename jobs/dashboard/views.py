@@ -32,7 +32,7 @@ from dispatch_site.causes import Cause
 from dispatch_site.pages import POLL_SECONDS, page_login_required, render_live
 from jobs import selectors, versions
 from jobs.dashboard import selectors as dashboard
-from jobs.dashboard.logs_api import LOG_PAGE_TAIL, LogNotFound, read_rank_log
+from jobs.dashboard.logs_api import LOG_PAGE_TAIL, LogNotFound, log_read_record, read_rank_log
 from jobs.models import ACTIVE_STATES, Execution, Job, JobState
 from jobs.naming import runtime_copy_name
 from jobs.observability import feed
@@ -444,6 +444,7 @@ def job_log_tail(request: HttpRequest, job_id: str) -> HttpResponse:
             "pod": result.pod,
             "kept_at": result.kept_at,
         }
+        log_read_record(user=request.user, job=job, attempt=attempt, rank=rank, container="node", via="page")
     except LogNotFound as exc:
         context["error"] = exc.detail
     except ClusterError as exc:

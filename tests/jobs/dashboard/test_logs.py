@@ -13,6 +13,7 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
+from dispatch_site.models import AuditEvent
 from jobs.models import Execution, Job, JobState
 from jobs.supervision import cycle
 from tests.support.dispatch import wait_for
@@ -86,6 +87,15 @@ def test_a_ranks_log_is_text_with_the_pod_named(submitter: tuple[User, str], run
     assert response["X-Dispatch-Rank"] == "1" and response["X-Dispatch-Attempt"] == "1"
     assert response["X-Dispatch-Pod"].startswith(f"{running_job}-1-node-0-1-")
     assert response["X-Dispatch-Truncated"] == "false"
+    # Who read which log is audited, once per reader, attempt and rank in ten minutes (a reloading page is
+    # one read); another rank is another read.
+    reads = AuditEvent.objects.filter(action="log.read", object_type="job", object_id=running_job)
+    [read] = reads
+    assert read.actor == submitter[0] and read.details["rank"] == 1 and read.details["via"] == "api"
+    assert _api(submitter[1]).get(f"/api/v1/jobs/{running_job}/logs?attempt=1&rank=1").status_code == 200
+    assert reads.count() == 1
+    assert _api(submitter[1]).get(f"/api/v1/jobs/{running_job}/logs?attempt=1&rank=0").status_code == 200
+    assert sorted(r.details["rank"] for r in reads) == [0, 1]
 
 
 def test_a_strangers_pod_with_the_ranks_labels_is_never_the_ranks_log(
