@@ -287,6 +287,11 @@ SESSION_NAME_HOLDERS = frozenset(
 )
 
 
+# Sessions that count toward a user's cap (SiteSettings.max_open_sessions_per_user): they hold, or are about
+# to hold, a pod. A failed one is closed by its owner (or the sweep) and counts no more.
+SESSION_OPEN_STATES = frozenset({SessionState.STARTING, SessionState.RUNNING})
+
+
 SESSION_ID_PREFIX = "s"
 
 

@@ -420,6 +420,7 @@ class SiteSettingsSerializer(RejectUnknownFieldsMixin, serializers.ModelSerializ
             "recovery_policy",
             "kueue_default_queues",
             "kueue_priority_classes",
+            "max_open_sessions_per_user",
             "updated_at",
         ]
         read_only_fields = ["updated_at"]

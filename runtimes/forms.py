@@ -53,11 +53,13 @@ class SiteSettingsForm(forms.ModelForm):
             "trainer_version",
             "kueue_default_queues",
             "kueue_priority_classes",
+            "max_open_sessions_per_user",
         ]
         labels = {
             "allow_rank_restart": "allowRankRestart (weaker identity guarantee)",
             "kueue_default_queues": "Kueue default queue per namespace",
             "kueue_priority_classes": "Kueue priority classes allowed per namespace",
+            "max_open_sessions_per_user": "Open sessions per user",
         }
         help_texts = {
             "kueue_default_queues": 'JSON {"namespace": "local-queue"}; "*" is every other namespace. A job '
@@ -69,6 +71,10 @@ class SiteSettingsForm(forms.ModelForm):
             "kueue_default_queues": forms.Textarea(attrs={"rows": 3}),
             "kueue_priority_classes": forms.Textarea(attrs={"rows": 3}),
         }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["max_open_sessions_per_user"].required = False
 
     def add_field_errors(self, errors: dict[str, Any]) -> None:
         """A serializer's (or the cluster check's) field errors, on the fields they name."""
@@ -83,6 +89,8 @@ class SiteSettingsForm(forms.ModelForm):
         for name in ("kueue_default_queues", "kueue_priority_classes"):
             if name in data and data[name] is None:  # an emptied field: no entries
                 data[name] = {}
+        if data.get("max_open_sessions_per_user") is None:  # left out (a page from before the field): kept
+            data["max_open_sessions_per_user"] = self.instance.max_open_sessions_per_user
         serializer = SiteSettingsSerializer(self.instance, data=data, partial=True)
         if not serializer.is_valid():
             self.add_field_errors(dict(serializer.errors))

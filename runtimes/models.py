@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from dispatch_site.names import DEFAULT_LABEL_DOMAIN
@@ -108,6 +109,10 @@ class PublishVia(models.TextChoices):
     INIT_CONTAINER = "initContainer", "initContainer"
 
 
+DEFAULT_MAX_OPEN_SESSIONS = 5
+MAX_OPEN_SESSIONS_LIMIT = 100
+
+
 class SiteSettings(models.Model):
     """One row (pk=1): the site-wide rules every runtime and job is checked against."""
 
@@ -123,6 +128,12 @@ class SiteSettings(models.Model):
     # ({namespace: [class, ...]}; none allowed where nothing is listed). jobs.queueing reads them.
     kueue_default_queues = models.JSONField(default=dict, blank=True)
     kueue_priority_classes = models.JSONField(default=dict, blank=True)
+    # Sessions (starting or running) one user may hold at once: each holds a pod and its resources.
+    max_open_sessions_per_user = models.PositiveIntegerField(
+        default=DEFAULT_MAX_OPEN_SESSIONS,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_OPEN_SESSIONS_LIMIT)],
+        help_text="sessions (starting or running) one user may hold at once",
+    )
     updated_at = models.DateTimeField(auto_now=True)
     updated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
@@ -146,4 +157,5 @@ class SiteSettings(models.Model):
             "recovery_policy": self.recovery_policy,
             "kueue_default_queues": self.kueue_default_queues,
             "kueue_priority_classes": self.kueue_priority_classes,
+            "max_open_sessions_per_user": self.max_open_sessions_per_user,
         }

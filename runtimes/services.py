@@ -241,6 +241,7 @@ SETTINGS_FIELDS = (
     "recovery_policy",
     "kueue_default_queues",
     "kueue_priority_classes",
+    "max_open_sessions_per_user",
 )
 
 

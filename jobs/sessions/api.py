@@ -353,7 +353,7 @@ class SessionListCreateApi(ListAPIView):
             return Response(
                 {"detail": detail, "reasons": reasons}, status=status.HTTP_422_UNPROCESSABLE_ENTITY
             )
-        except errors.SessionNameTaken as exc:
+        except (errors.SessionNameTaken, errors.SessionLimitReached) as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         except errors.SessionCreateFailed as exc:
             failed = (

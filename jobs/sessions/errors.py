@@ -21,6 +21,10 @@ class SessionNameTaken(Exception):
     """409: another session that is not closed holds the TrainJob name in the namespace."""
 
 
+class SessionLimitReached(Exception):
+    """409: the owner already holds the site's limit of open sessions (max_open_sessions_per_user)."""
+
+
 class SessionCreateFailed(Exception):
     """The cluster refused the objects (422) or could not be reached (503); the session is failed."""
 

@@ -29,7 +29,7 @@ from dispatch_site import roles
 from dispatch_site.audit import audit_record
 from dispatch_site.roles import NamespaceNotGranted
 from jobs import enqueue
-from jobs.models import SESSION_NAME_HOLDERS, Session, SessionState
+from jobs.models import SESSION_NAME_HOLDERS, SESSION_OPEN_STATES, Session, SessionState
 from jobs.objects import (
     TRAINING_RUNTIME,
     TRAINJOB,
@@ -39,7 +39,7 @@ from jobs.objects import (
     own_copy,
 )
 from jobs.plan import start_reasons
-from jobs.sessions.errors import SessionCreateFailed, SessionNameTaken, SessionRefused
+from jobs.sessions.errors import SessionCreateFailed, SessionLimitReached, SessionNameTaken, SessionRefused
 from jobs.sessions.rules import (
     CREATION_FAILED_AFTER,
     Chain,
@@ -124,8 +124,18 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
         )
     assert body is not None
     session.exec_containers = exec_containers(body, trainer_job, site.label_domain)
+    open_ids: list[str] = []
     try:
         with transaction.atomic():
+            # One user's opens take turns on their user row, so two at once never both fit under the cap.
+            list(User.objects.select_for_update().filter(pk=owner.pk).values_list("pk", flat=True))
+            open_ids = list(
+                Session.objects.filter(owner=owner, state__in=SESSION_OPEN_STATES)
+                .order_by("created_at")
+                .values_list("id", flat=True)[: site.max_open_sessions_per_user]
+            )
+            if len(open_ids) >= site.max_open_sessions_per_user:
+                raise SessionLimitReached(_limit_message(owner, open_ids))
             session.save(force_insert=True)
             audit_record(
                 actor=owner,
@@ -134,6 +144,15 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
                 object_id=session.id,
                 details={"runtime": ref.source, "namespace": session.namespace, "trainjob": session.name},
             )
+    except SessionLimitReached:
+        audit_record(
+            actor=owner,
+            action="session.refuse",
+            object_type="runtime",
+            object_id=ref_text[:200],
+            details={"namespace": request.namespace, "codes": ["session-limit"], "open": open_ids},
+        )
+        raise
     except IntegrityError:
         holder = Session.objects.filter(
             namespace=request.namespace, name=session.name, state__in=SESSION_NAME_HOLDERS
@@ -179,6 +198,13 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
         raise SessionCreateFailed(session, message, transient=failure.transient) from None
     transaction.on_commit(enqueue.on_commit_send(enqueue.SESSION_WATCH, session.pk), robust=True)
     return session
+
+
+def _limit_message(owner: User, held: list[str]) -> str:
+    return (
+        f"{owner.get_username()} already holds {len(held)} open sessions, the site's limit "
+        f"(max_open_sessions_per_user): close one first ({', '.join(held)})"
+    )
 
 
 def domain_of(session: Session) -> str:

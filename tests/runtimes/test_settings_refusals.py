@@ -72,6 +72,19 @@ def test_recovery_budgets_and_backoffs_outside_their_bounds_are_refused_naming_t
     assert bound in str(errors["recovery_policy"][part][key])
 
 
+@pytest.mark.parametrize("cap", [0, 101, -1, "many"])
+def test_an_open_session_cap_outside_1_to_100_is_refused(platform_api: APIClient, cap: Any) -> None:
+    assert "max_open_sessions_per_user" in _refused(platform_api, {"max_open_sessions_per_user": cap})
+
+
+def test_the_open_session_cap_is_saved_and_audited(platform_api: APIClient) -> None:
+    response = platform_api.patch("/api/v1/settings", {"max_open_sessions_per_user": 1}, format="json")
+    assert response.status_code == 200 and response.json()["max_open_sessions_per_user"] == 1
+    assert SiteSettings.load().max_open_sessions_per_user == 1
+    event = AuditEvent.objects.get(action="settings.update")
+    assert event.details["max_open_sessions_per_user"] == {"from": 5, "to": 1}
+
+
 def test_a_kueue_setting_the_cluster_cannot_confirm_is_saved_with_a_warning(
     platform_api: APIClient, make_user: Any
 ) -> None:

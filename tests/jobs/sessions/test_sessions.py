@@ -8,16 +8,18 @@ rows.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from rest_framework.test import APIClient
 
 from dispatch_site.models import AuditEvent
 from jobs.models import Session, SessionState
 from jobs.sessions.tasks import session_watch
-from runtimes.models import AllowListEntry
+from runtimes.models import AllowListEntry, SiteSettings
 from tests.support.dispatch import (
     GROUP,
     VERSION,
@@ -554,3 +556,52 @@ def test_closing_a_session_whose_trainjob_was_made_again_leaves_the_strangers_al
     assert still["metadata"]["uid"] == stranger["metadata"]["uid"]
     assert "deletionTimestamp" not in still["metadata"]
     kube.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_user_holds_at_most_the_sites_open_sessions_even_opening_three_at_once(
+    kube: Any, namespace: str, submitter: tuple[User, str]
+) -> None:
+    """max_open_sessions_per_user (2 here): three opens at once by one user make exactly two sessions and
+    two TrainJobs; the third is 409 naming the open ones, and is audited. Closing one frees its place."""
+    runtime = plain_runtime(kube, namespace)
+    site = SiteSettings.load()
+    site.max_open_sessions_per_user = 2
+    site.save()
+    answers: list[Any] = []
+    start = threading.Barrier(3)
+
+    def open_one() -> None:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Token {submitter[1]}")
+        try:
+            start.wait()
+            answers.append(
+                client.post("/api/v1/sessions", open_body(namespace, runtime, num_nodes=1), format="json")
+            )
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=open_one) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sorted(a.status_code for a in answers) == [202, 202, 409], [a.content for a in answers]
+    opened = [a.json()["id"] for a in answers if a.status_code == 202]
+    [refused] = [a.json()["detail"] for a in answers if a.status_code == 409]
+    assert "max_open_sessions_per_user" in refused and all(s in refused for s in opened)
+    made = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs")["items"]
+    assert sorted(t["metadata"]["name"] for t in made) == sorted(
+        Session.objects.get(pk=s).name for s in opened
+    )
+    [audit] = AuditEvent.objects.filter(action="session.refuse")
+    assert audit.details["codes"] == ["session-limit"] and sorted(audit.details["open"]) == sorted(opened)
+
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {submitter[1]}")
+    assert api.delete(f"/api/v1/sessions/{opened[0]}?wait=60").json()["state"] == "closed"
+    again = api.post("/api/v1/sessions", open_body(namespace, runtime, num_nodes=1), format="json")
+    assert again.status_code == 202, again.content
+    for session in (opened[1], again.json()["id"]):
+        assert api.delete(f"/api/v1/sessions/{session}?wait=60").json()["state"] == "closed"
