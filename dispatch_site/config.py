@@ -39,6 +39,9 @@ DEFAULT_WORKER_CONCURRENCY = 32
 class Config:
     debug: bool
     secret_key: str
+    # Django's key rotation: older keys that still verify (sessions, signatures) and decrypt the secrets
+    # stored encrypted (dispatch_site.encrypted); comma-separated in SECRET_KEY_FALLBACKS.
+    secret_key_fallbacks: tuple[str, ...]
     allowed_hosts: tuple[str, ...]
     database: dict[str, Any]
     database_url: str
@@ -418,6 +421,9 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
         worker_remote_control=_parse_bool("WORKER_REMOTE_CONTROL", env.get("WORKER_REMOTE_CONTROL", "false")),
         debug=debug,
         secret_key=secret_key,
+        secret_key_fallbacks=tuple(
+            k.strip() for k in env.get("SECRET_KEY_FALLBACKS", "").split(",") if k.strip()
+        ),
         allowed_hosts=allowed_hosts,
         database=database,
         database_url=database_url,

@@ -14,6 +14,7 @@ CONFIG = load_config()
 
 DEBUG = CONFIG.debug
 SECRET_KEY = CONFIG.secret_key
+SECRET_KEY_FALLBACKS = list(CONFIG.secret_key_fallbacks)
 ALLOWED_HOSTS = list(CONFIG.allowed_hosts)
 DATABASES = {"default": CONFIG.database}
 REDIS_URL = CONFIG.redis_url

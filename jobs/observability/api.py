@@ -239,18 +239,34 @@ class WebhookDetailApi(APIView):
 
 class SecretSerializer(serializers.Serializer):
     secret = serializers.CharField(help_text="the new secret: shown this once")
-    previous_secret_valid_until = serializers.DateTimeField()
+    previous_secret_valid_until = serializers.DateTimeField(
+        allow_null=True, help_text="null: the previous secret was revoked at once"
+    )
+
+
+class RotateSecretSerializer(StrictSerializer):
+    revoke_previous = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="the old secret stops signing at once (a leaked secret); default: it signs beside the new "
+        "one until the grace period ends",
+    )
 
 
 class WebhookRotateSecretApi(APIView):
     @extend_schema(
-        request=None,
+        request=RotateSecretSerializer,
         responses=SecretSerializer,
-        summary="A new signing secret; the old one also signs until the grace period ends",
+        summary="A new signing secret; the old one also signs until the grace period ends, unless revoked",
     )
     def post(self, request: Request, endpoint_id: str) -> Response:
         endpoint = _endpoint_for(request, endpoint_id)
-        secret = webhooks.endpoint_rotate_secret(actor=request.user, endpoint=endpoint)
+        body = RotateSecretSerializer(data=request.data or {})
+        body.is_valid(raise_exception=True)
+        secret = webhooks.endpoint_rotate_secret(
+            actor=request.user, endpoint=endpoint, revoke_previous=body.validated_data["revoke_previous"]
+        )
+        endpoint.refresh_from_db()
         return Response({"secret": secret, "previous_secret_valid_until": endpoint.previous_secret_until})
 
 

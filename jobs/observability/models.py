@@ -14,6 +14,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from dispatch_site.encrypted import EncryptedTextField
+
 
 class Change(models.Model):
     seq = models.BigIntegerField(null=True, blank=True, unique=True)
@@ -60,8 +62,9 @@ class WebhookEndpoint(models.Model):
     event_types = models.JSONField(default=list, blank=True)  # [] = every type
     # The signing secret ("whsec_" + base64), shown once; during a rotation the previous one signs too, until
     # previous_secret_until.
-    secret = models.CharField(max_length=100)
-    previous_secret = models.CharField(max_length=100, blank=True, default="")
+    # Encrypted at rest (dispatch_site.encrypted: keys from SECRET_KEY and SECRET_KEY_FALLBACKS).
+    secret = EncryptedTextField()
+    previous_secret = EncryptedTextField(blank=True, default="")
     previous_secret_until = models.DateTimeField(null=True, blank=True)
     active = models.BooleanField(default=True)
     disabled_at = models.DateTimeField(null=True, blank=True)

@@ -103,9 +103,9 @@ def webhook_action_view(request: HttpRequest, endpoint_id: int, action: str) -> 
     elif action == "pause":
         webhooks.endpoint_update(actor=request.user, endpoint=endpoint, active=False)
         messages.success(request, "Paused: deliveries wait until you enable it.")
-    elif action == "rotate":
+    elif action in ("rotate", "rotate-revoke"):
         request.session["webhook_new_secret"] = webhooks.endpoint_rotate_secret(
-            actor=request.user, endpoint=endpoint
+            actor=request.user, endpoint=endpoint, revoke_previous=action == "rotate-revoke"
         )
     elif action == "delete":
         webhooks.endpoint_delete(actor=request.user, endpoint=endpoint)

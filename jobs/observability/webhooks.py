@@ -222,16 +222,24 @@ def endpoint_update(
     return endpoint
 
 
-def endpoint_rotate_secret(*, actor: Any, endpoint: WebhookEndpoint) -> str:
+def endpoint_rotate_secret(*, actor: Any, endpoint: WebhookEndpoint, revoke_previous: bool = False) -> str:
     """A new secret (returned once). The old one keeps signing, beside it, for WEBHOOK_SECRET_GRACE_SECONDS,
-    so the receiver can switch without losing a message."""
+    so the receiver can switch without losing a message; with revoke_previous (a leaked secret) it signs
+    nothing more from now on, and neither does one still in its grace period."""
     secret = signing.new_secret()
-    until = timezone.now() + timedelta(seconds=settings.WEBHOOK_SECRET_GRACE_SECONDS)
-    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(
-        previous_secret=F("secret"), previous_secret_until=until, secret=secret, updated_at=timezone.now()
-    )
+    now = timezone.now()
+    if revoke_previous:
+        previous: dict[str, Any] = {"previous_secret": "", "previous_secret_until": None}
+    else:
+        until = now + timedelta(seconds=settings.WEBHOOK_SECRET_GRACE_SECONDS)
+        previous = {"previous_secret": F("secret"), "previous_secret_until": until}
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(secret=secret, updated_at=now, **previous)
     audit_record(
-        actor=actor, action="webhook.rotate-secret", object_type="webhook", object_id=str(endpoint.pk)
+        actor=actor,
+        action="webhook.rotate-secret",
+        object_type="webhook",
+        object_id=str(endpoint.pk),
+        details={"previous_revoked": revoke_previous},
     )
     endpoint.refresh_from_db()
     return secret
