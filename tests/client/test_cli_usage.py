@@ -1,5 +1,6 @@
 """`dispatch usage` against the dispatch server process: a real job on the local control plane, moved by the
-supervisor loop in a thread (test_client_watch.py), ended, then counted by the beat's rollup task."""
+supervisor loop in a thread (test_client_watch.py), ended (shown at once), then counted by the beat's rollup
+task (the same answer)."""
 
 from __future__ import annotations
 
@@ -30,8 +31,11 @@ def test_dispatch_usage_shows_the_ended_job_as_a_table_json_and_csv(
         "--wait", "--timeout", "120", "--interval", "0.5",
     )  # fmt: skip
     assert started.returncode == 0, (started.stdout, started.stderr)
-    assert run("--json", "usage").stdout.strip() == "[]"  # not counted before the rollup
+    # Ended, not yet counted by the beat's rollup: the answer measures it already, and the same after.
+    [early] = json.loads(run("--json", "usage", "--namespace", namespace).stdout)
+    assert (early["jobs"], early["attempts"]) == (1, 1)
     assert usage_rollup.apply().result == 1
+    assert json.loads(run("--json", "usage", "--namespace", namespace).stdout) == [early]
 
     table = run("usage", "--namespace", namespace)
     assert table.returncode == 0, table.stderr
