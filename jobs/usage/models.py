@@ -5,8 +5,11 @@ bucket: one pass over the rows answers every figure). A usage query sums these r
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
+from jobs.usage import measure
 from jobs.usage.measure import WAIT_BOUNDS
 
 KEY = ("day", "namespace", "owner", "queue", "runtime", "outcome")
@@ -25,6 +28,19 @@ class UsageKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.namespace} {self.owner} {self.queue or '-'} {self.runtime} {self.outcome}"
+
+
+def usage_key(job: Any, outcome: str) -> dict[str, str]:
+    """An attempt's rollup key but its day: the job's namespace, owner, queue and runtime, and the outcome.
+    One definition for the rollup (jobs.usage.services) and for the attempts it has not counted yet
+    (jobs.usage.selectors)."""
+    return {
+        "namespace": job.namespace,
+        "owner": job.owner.get_username(),
+        "queue": measure.queue_key(job.plan),
+        "runtime": measure.runtime_key(job.runtime_kind, job.runtime_namespace, job.runtime_name),
+        "outcome": outcome,
+    }
 
 
 def wait_column(bucket: int) -> str:

@@ -18,7 +18,7 @@ from django.utils import timezone
 from dispatch_site import roles
 from jobs.models import ACTIVE_STATES, Execution, JobState
 from jobs.usage import measure
-from jobs.usage.models import WAIT_COLUMNS, UsageDay
+from jobs.usage.models import WAIT_COLUMNS, UsageDay, usage_key
 
 GROUPS: Final = ("namespace", "owner", "queue", "runtime", "cause")
 STEPS: Final = ("day", "week")
@@ -36,14 +36,17 @@ class UsageQuery:
     queue: str = ""
 
 
-def _scoped(queryset: QuerySet[Any], user: Any) -> QuerySet[Any]:
-    """Platform and on-call read all usage; everybody else their own jobs' and their granted namespaces'."""
+def _scoped(
+    queryset: QuerySet[Any], user: Any, *, owner: str = "owner", namespace: str = "namespace"
+) -> QuerySet[Any]:
+    """Platform and on-call read all usage; everybody else their own jobs' and their granted namespaces'.
+    `owner` and `namespace` name the lookups that hold the owner's username and the namespace."""
     if roles.can_read_all_jobs(user):
         return queryset
     granted = roles.granted_namespaces(user)
     if roles.ALL_NAMESPACES in granted:
         return queryset
-    return queryset.filter(Q(owner=user.get_username()) | Q(namespace__in=sorted(granted)))
+    return queryset.filter(Q(**{owner: user.get_username()}) | Q(**{f"{namespace}__in": sorted(granted)}))
 
 
 def _filtered(user: Any, query: UsageQuery) -> QuerySet[Any]:
@@ -98,12 +101,7 @@ def _not_counted(user: Any, query: UsageQuery, now: datetime) -> Iterator[tuple[
         Q(finished_at__isnull=True, state__in=sorted(ACTIVE_STATES))
         | Q(finished_at__isnull=False, usage_rolled_at__isnull=True)
     ).select_related("job", "job__owner")
-    if not roles.can_read_all_jobs(user):
-        granted = roles.granted_namespaces(user)
-        if roles.ALL_NAMESPACES not in granted:
-            attempts = attempts.filter(
-                Q(job__owner__username=user.get_username()) | Q(job__namespace__in=sorted(granted))
-            )
+    attempts = _scoped(attempts, user, owner="job__owner__username", namespace="job__namespace")
     for name, lookup in (("namespace", "job__namespace"), ("owner", "job__owner__username")):
         if getattr(query, name):
             attempts = attempts.filter(**{lookup: getattr(query, name)})
@@ -122,13 +120,8 @@ def _not_counted(user: Any, query: UsageQuery, now: datetime) -> Iterator[tuple[
         )
         if not ended and not usage.gpu_seconds and not usage.cpu_seconds and execution.started_at is None:
             continue  # nothing ran yet: not an attempt that used anything
-        fields = {
-            "namespace": job.namespace,
-            "owner": job.owner.get_username(),
-            "queue": measure.queue_key(job.plan),
-            "runtime": measure.runtime_key(job.runtime_kind, job.runtime_namespace, job.runtime_name),
-            "outcome": measure.outcome(execution.state, execution.cause) if ended else JobState.RUNNING.value,
-        }
+        outcome = measure.outcome(execution.state, execution.cause) if ended else JobState.RUNNING.value
+        fields = usage_key(job, outcome)
         if query.queue and fields["queue"] != query.queue:
             continue
         amounts = Amounts(

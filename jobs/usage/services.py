@@ -16,7 +16,7 @@ from django.utils import timezone
 from dispatch_site import metrics, roles
 from jobs.models import Execution, Job, JobEvent
 from jobs.usage import measure
-from jobs.usage.models import UsageDay, wait_column
+from jobs.usage.models import UsageDay, usage_key, wait_column
 
 BATCH: Final = 500
 
@@ -64,11 +64,7 @@ def execution_usage_roll(*, execution_id: int, managed: frozenset[str] | None = 
         assert execution.finished_at is not None  # claimed only when ended
         key = {
             "day": execution.finished_at.astimezone(UTC).date(),
-            "namespace": job.namespace,
-            "owner": job.owner.get_username(),
-            "queue": measure.queue_key(job.plan),
-            "runtime": measure.runtime_key(job.runtime_kind, job.runtime_namespace, job.runtime_name),
-            "outcome": measure.outcome(execution.state, execution.cause),
+            **usage_key(job, measure.outcome(execution.state, execution.cause)),
         }
         waited = (
             {}
