@@ -72,9 +72,11 @@ def _roles_changed(
 
 
 @receiver(pre_save, sender=User, dispatch_uid="audit-user-active")
-def _activation_changed(sender: Any, instance: User, raw: bool = False, **_: Any) -> None:
-    if raw or instance.pk is None:
-        return
+def _activation_changed(
+    sender: Any, instance: User, raw: bool = False, update_fields: Any = None, **_: Any
+) -> None:
+    if raw or instance.pk is None or (update_fields is not None and "is_active" not in update_fields):
+        return  # a save that cannot change it (every login saves last_login alone): no read
     was = User.objects.filter(pk=instance.pk).values_list("is_active", flat=True).first()
     if was is not None and was != instance.is_active:
         _record(
