@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.db import connection
 from pytest_django.live_server_helper import LiveServer
+from rest_framework.test import APIClient
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -155,3 +156,20 @@ def supervisor() -> Iterator[Callable[[], None]]:
     stop.set()
     for thread in threads:
         thread.join(timeout=15)
+
+
+def submit_job(on_cluster: dict[str, Any], env: dict[str, str], **fields: Any) -> str:
+    """A 2-node job on dispatch-kind in the on_cluster namespace, through the API as its user; its id."""
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {on_cluster['token']}")
+    body = {
+        "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
+        "namespace": on_cluster["namespace"],
+        "image": "localhost/trainer:v1",
+        "num_nodes": 2,
+        "env": env,
+    } | fields
+    response = api.post("/api/v1/jobs", body, format="json")
+    assert response.status_code == 202, response.json()
+    job_id: str = response.json()["id"]
+    return job_id

@@ -17,7 +17,6 @@ from django.contrib.auth.models import User
 from django.db.models import Count
 from django.utils import timezone
 from pytest_django.live_server_helper import LiveServer
-from rest_framework.test import APIClient
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as EC
@@ -25,7 +24,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from dispatch_site import roles
 from jobs.models import Execution, Job, JobState
-from tests.browser.conftest import HEIGHT, WIDTH, LogIn, screenshot
+from tests.browser.conftest import HEIGHT, WIDTH, LogIn, screenshot, submit_job
 from tests.jobs.dashboard.test_job_pages import OOM_EVIDENCE, make_job, runtime_body
 from tests.support.dispatch import wait_for
 
@@ -246,27 +245,6 @@ def test_runtimes_page_offers_the_allow_form_to_the_platform_role_only(
 # ---------------------------------------------------------------- live: the local control plane
 
 
-def _api(token: str) -> APIClient:
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    return api
-
-
-def _submit(on_cluster: dict[str, Any], env: dict[str, str]) -> str:
-    body = {
-        "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
-        "namespace": on_cluster["namespace"],
-        "image": "localhost/trainer:v1",
-        "num_nodes": 2,
-        "env": env,
-        "display_name": "live " + env.get("KWOK_EXIT_CODE", "run"),
-    }
-    response = _api(on_cluster["token"]).post("/api/v1/jobs", body, format="json")
-    assert response.status_code == 202, response.json()
-    job_id: str = response.json()["id"]
-    return job_id
-
-
 @pytest.mark.cluster
 def test_watch_a_real_job_turn_failed_with_its_cause_and_first_failing_rank(
     browser: WebDriver,
@@ -277,7 +255,7 @@ def test_watch_a_real_job_turn_failed_with_its_cause_and_first_failing_rank(
     supervisor: Callable[[], None],
 ) -> None:
     env = {"KWOK_EXIT_CODE": "3", "KWOK_FAIL_RANK": "1", "KWOK_RUN_DURATION": "4s"}
-    job_id = _submit(on_cluster, env)
+    job_id = submit_job(on_cluster, env, display_name="live " + env.get("KWOK_EXIT_CODE", "run"))
     logged_in("olive")
     browser.get(f"{live_server.url}/jobs/{job_id}/")
     assert text_of(browser, "#job-state") in ("queued", "pending", "running")
@@ -323,7 +301,7 @@ def test_cancel_a_real_running_job_from_its_page(
     supervisor: Callable[[], None],
     kube: Any,
 ) -> None:
-    job_id = _submit(on_cluster, {"KWOK_STAY_RUNNING": "1"})
+    job_id = submit_job(on_cluster, {"KWOK_STAY_RUNNING": "1"}, display_name="live run")
     supervisor()
     logged_in("olive")
     browser.get(f"{live_server.url}/jobs/{job_id}/")

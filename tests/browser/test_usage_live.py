@@ -12,36 +12,18 @@ from typing import Any
 
 import pytest
 from pytest_django.live_server_helper import LiveServer
-from rest_framework.test import APIClient
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from jobs.models import Job, JobState
 from jobs.usage.tasks import usage_rollup
-from tests.browser.conftest import HEIGHT, WIDTH, LogIn, screenshot
+from tests.browser.conftest import HEIGHT, WIDTH, LogIn, screenshot, submit_job
 from tests.support.dispatch import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.cluster, pytest.mark.usefixtures("transactional_db")]
 
 GPU = {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
 ENDED = {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
-
-
-def _submit(on_cluster: dict[str, Any], env: dict[str, str]) -> str:
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {on_cluster['token']}")
-    body = {
-        "runtime": {"kind": "ClusterTrainingRuntime", "name": "dispatch-kind"},
-        "namespace": on_cluster["namespace"],
-        "image": "localhost/trainer:v1",
-        "num_nodes": 2,
-        "resources_per_node": GPU,
-        "env": env,
-    }
-    response = api.post("/api/v1/jobs", body, format="json")
-    assert response.status_code == 202, response.json()
-    job_id: str = response.json()["id"]
-    return job_id
 
 
 def _seconds(start: datetime | None, end: datetime | None) -> float:
@@ -61,8 +43,8 @@ def test_the_usage_page_shows_the_gpu_hours_the_pods_ran(
     kube: Any,
 ) -> None:
     namespace = on_cluster["namespace"]
-    ok = _submit(on_cluster, {"KWOK_RUN_DURATION": "20s"})
-    bad = _submit(on_cluster, {"KWOK_RUN_DURATION": "10s", "KWOK_EXIT_CODE": "3"})
+    ok = submit_job(on_cluster, {"KWOK_RUN_DURATION": "20s"}, resources_per_node=GPU)
+    bad = submit_job(on_cluster, {"KWOK_RUN_DURATION": "10s", "KWOK_EXIT_CODE": "3"}, resources_per_node=GPU)
     supervisor()
     logged_in(on_cluster["user"].get_username())
     page = f"{live_server.url}/usage/?namespace={namespace}"
