@@ -54,40 +54,46 @@ def starts_held(ctx: Context, index: int) -> tuple[list[str], list[dict[str, Any
 
 
 def fault_kill_worker(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
-    """A worker SIGKILLed while it holds at least one start: what it runs is read from its log and the
-    claims (starts_held), then it is stopped (SIGSTOP: it can neither finish nor give up what it holds) and
-    the database read for the claims its tasks hold; with one held it is killed, else let go on (SIGCONT)
-    and asked again, up to 90 s. After the kill the claims are read again: a dead worker's claims, which
-    only the claim's lease running out (and the stale sweep) can free."""
+    """A worker SIGKILLed while it holds at least one start (the plan submits two jobs as this begins, so
+    there are starts to catch). Each round asks every live worker, the seed's first, what it holds (its log
+    and the claims: starts_held); one that holds a start is stopped (SIGSTOP: it can neither finish nor give
+    up what it holds) and the database read again for the claims its tasks hold; with one held it is
+    killed, else let go on (SIGCONT), up to 90 s. After the kill the claims are read again: a dead worker's
+    claims, which only the claim's lease running out (and the stale sweep) can free."""
     stack, kill_lock = ctx.stack, ctx.kill_lock
     with kill_lock:  # one kill at a time: each restarted worker is tracked, none leaks
-        # The seed's worker, or the next one alive: a worker that died on its own is not killed again
-        # (workers_exited_on_their_own counts it) but is started again, as a supervisor would.
+        # A worker that died on its own is not killed again (workers_exited_on_their_own counts it) but is
+        # started again, as a supervisor would.
         order = [(f.pick + n) % len(stack.workers) for n in range(len(stack.workers))]
         for dead in [i for i in order if stack.workers[i].poll() is not None]:
             stack.start_worker(dead)
             time.sleep(3)
+        alive_before = {i: stack.workers[i].poll() is None for i in order}
         index = order[0]
-        victim = stack.workers[index]
-        alive_before = victim.poll() is None
         tasks: list[str] = []
         claims: list[dict[str, Any]] = []
         asked = 0
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and victim.poll() is None:
+        while time.monotonic() < deadline and not claims:
             asked += 1
-            try:
-                running_tasks, _ = starts_held(ctx, index)
-                if running_tasks:
-                    victim.send_signal(signal.SIGSTOP)
-                    tasks, claims = starts_held_frozen(ctx, running_tasks)
-                    if claims:
-                        break
-                    victim.send_signal(signal.SIGCONT)
-            except Exception as exc:  # an outage may be on: ask again
-                victim.send_signal(signal.SIGCONT)
-                log(f"kill-worker: asking worker {index}: {exc!r}"[:300])
+            for candidate in order:
+                worker = stack.workers[candidate]
+                if worker.poll() is not None:
+                    continue
+                try:
+                    running_tasks, _ = starts_held(ctx, candidate)
+                    if running_tasks:
+                        worker.send_signal(signal.SIGSTOP)
+                        tasks, claims = starts_held_frozen(ctx, running_tasks)
+                        if claims:
+                            index = candidate
+                            break
+                        worker.send_signal(signal.SIGCONT)
+                except Exception as exc:  # an outage may be on: ask again
+                    worker.send_signal(signal.SIGCONT)
+                    log(f"kill-worker: asking worker {candidate}: {exc!r}"[:300])
             time.sleep(0.2)
+        victim = stack.workers[index]
         stack.killed.add(victim.pid)
         victim.send_signal(signal.SIGKILL)
         code = victim.wait(30)
@@ -97,13 +103,15 @@ def fault_kill_worker(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
         time.sleep(3)
         alive = new.poll() is None
     left = [c for c in after if c["claim_holder"] in tasks]
-    verified = alive_before and code == -signal.SIGKILL and alive and new.pid != victim.pid and bool(left)
+    verified = (
+        alive_before[index] and code == -signal.SIGKILL and alive and new.pid != victim.pid and bool(left)
+    )
     return {
         "verified": verified,
         "summary": f"worker {index}: pid {victim.pid} exited {code} holding {len(claims)} start(s) "
         f"({len(left)} claim(s) left by it after the kill), new pid {new.pid} "
         f"{'running' if alive else 'NOT running'}"
-        + ("" if claims else f"; no start held in 90 s ({asked} asks)"),
+        + ("" if claims else f"; no start held by any worker in 90 s ({asked} rounds)"),
         "evidence": {
             "worker": index,
             "node": stack.names[index] if index < len(stack.names) else None,

@@ -97,8 +97,10 @@ class RunPlan:
 def make_plan(*, seed: int, jobs: int, short: bool, kueue: bool) -> RunPlan:
     """Everything the run decides up front, from the seed. Pure.
 
-    Each eviction and the foreign pods get a `long` job of their own, submitted a few seconds before the
-    fault, and the node loss three (which of their pods the scheduler put on the lost node is seen at the
+    Each worker kill gets two short jobs submitted as it begins looking for a start to catch (a run whose
+    other jobs had all started by then gave it none: seed 7's CI run, 90 s of asking). Each eviction and the
+    foreign pods get a `long` job of their own, submitted a few seconds before the fault, and the node loss
+    three (which of their pods the scheduler put on the lost node is seen at the
     time); the other jobs are drawn by KIND_WEIGHTS."""
     rng = random.Random(seed)
     submit_phase = 30.0 if short else max(120.0, jobs * 0.6)
@@ -147,7 +149,9 @@ def make_plan(*, seed: int, jobs: int, short: bool, kueue: bool) -> RunPlan:
     # PodGC removes them (40-60 s), so a pod with an end of its own may simply finish there.
     dedicated: list[tuple[str, float, int]] = []  # (kind, submit at, index of the fault it serves)
     for number, f in enumerate(faults):
-        if f.fault in ("eviction", "foreign-pods"):
+        if f.fault == "kill-worker":  # starts for it to catch: two jobs submitted as it begins asking
+            dedicated += [(SUCCEEDS, f.at + lead, number) for lead in (0.5, 2.0)]
+        elif f.fault in ("eviction", "foreign-pods"):
             dedicated.append((LONG, max(0.0, f.at - 4), number))
         elif f.fault == "node-loss":
             dedicated += [(UNTIL_CANCELLED, max(0.0, f.at - lead), number) for lead in (9, 7, 5)]

@@ -67,6 +67,10 @@ def test_the_plan_is_the_seeds_and_every_targeted_fault_has_jobs_of_its_own() ->
         targets = [one.jobs[i] for i in by_fault[name].targets]
         assert len(targets) == count
         assert all(j.kind == kind and j.serves == name and j.at < by_fault[name].at for j in targets)
+    # The worker kill has starts to catch whatever the other jobs do: two short jobs submitted as it begins.
+    kill_targets = [one.jobs[i] for i in by_fault["kill-worker"].targets]
+    assert [j.kind for j in kill_targets] == [chaos.SUCCEEDS, chaos.SUCCEEDS]
+    assert all(0 < j.at - by_fault["kill-worker"].at <= 2 for j in kill_targets)
     # The node loss's jobs are cancelled well after the lost node's pods are gone (PodGC: 40-60 s).
     assert all(
         j.at + (j.cancel_after or 0) > by_fault["node-loss"].at + 80
