@@ -69,6 +69,7 @@ class Tracked:
     namespace: str
     trainjob_name: str
     domain: str
+    queued: bool = False  # its plan names a Kueue queue: its namespace's Workloads are always watched
 
 
 @dataclass
@@ -115,6 +116,7 @@ class CacheSource:
         self._finished: dict[Key, float] = {}
         self._unknown: set[Key] = set()  # keys seen on objects, neither tracked nor known finished
         self._site_domain = ""
+        self._kueue_served = False  # kueue.installed() as the last refresh read it
         self.resynced = False
 
     # ---------------------------------------------------------------- the Source protocol
@@ -280,6 +282,7 @@ class CacheSource:
             "job__namespace",
             "job__label_domain",
             "job__current_attempt",
+            "job__plan__queue",
         )
         if full:
             rows = list(
@@ -295,7 +298,11 @@ class CacheSource:
                 Execution.objects.filter(Q(pk__gt=self._max_pk) | Q(pk__in=pending)).values_list(*fields)
             )
         active: set[int] = set()
-        for pk, job_id, attempt, name, state, submitted, job_state, namespace, domain, current in rows:
+        # Whether Kueue is served, asked here, outside the cache's lock (one discovery GET at most a minute);
+        # a namespace where no job names a queue watches Workloads only when it is.
+        self._kueue_served = kueue.installed()
+        for pk, job_id, attempt, name, state, submitted, job_state, namespace, domain, current, queue in rows:
+            item = Tracked(pk, (job_id, attempt), namespace, name, domain or self._site_domain, bool(queue))
             self._max_pk = max(self._max_pk, pk)
             if current > attempt:  # a later attempt took over
                 self._unsubmitted.discard(pk)
@@ -311,10 +318,10 @@ class CacheSource:
             ):
                 active.add(pk)
                 self._unsubmitted.discard(pk)
-                self._track(Tracked(pk, (job_id, attempt), namespace, name, domain or self._site_domain))
+                self._track(item)
             elif state == JobState.PENDING and job_state in (*SUPERVISED, JobState.PENDING):
                 self._unsubmitted.add(pk)
-                self._expect(Tracked(pk, (job_id, attempt), namespace, name, domain or self._site_domain))
+                self._expect(item)
             else:
                 self._unsubmitted.discard(pk)
                 self._unexpect(pk)
@@ -365,7 +372,7 @@ class CacheSource:
             self._starting[item.pk] = item
             self._starting_keys[item.key] = item.pk
             self._per_namespace[item.namespace] = self._per_namespace.get(item.namespace, 0) + 1
-            self._watch(item.namespace, item.domain)
+            self._watch(item.namespace, item.domain, queued=item.queued)
 
     def _unexpect(self, pk: int) -> None:
         with self._lock:
@@ -390,7 +397,7 @@ class CacheSource:
                 self._per_namespace[item.namespace] = self._per_namespace.get(item.namespace, 0) + 1
             self._finished.pop(item.key, None)
             self._dirty.add(item.key)
-            self._watch(item.namespace, item.domain)
+            self._watch(item.namespace, item.domain, queued=item.queued)
 
     def _untrack(self, pk: int) -> None:
         with self._lock:
@@ -451,8 +458,9 @@ class CacheSource:
 
     # ---------------------------------------------------------------- informers (cache <- watches)
 
-    def _watch(self, namespace: str, domain: str) -> None:
-        """Informers for the namespace's Events and, for `domain`, its labelled kinds (lock held)."""
+    def _watch(self, namespace: str, domain: str, *, queued: bool) -> None:
+        """Informers for the namespace's Events, its Workloads (when the job names a queue, or Kueue is
+        served) and, for `domain`, its labelled kinds (lock held: no network call here)."""
         watched = self._namespaces.setdefault(namespace, _Namespace())
         if (EVENT, "") not in watched.informers:
             watched.informers[(EVENT, "")] = self._informer(
@@ -473,7 +481,10 @@ class CacheSource:
                 on_synced=self._synced(namespace),
                 relist_seconds=self.relist_seconds,
             ).start()
-        if (WORKLOAD, "") not in watched.informers and kueue.installed():
+        # A job that names a queue has a Workload whatever this process remembers of Kueue (a 404 from before
+        # Kueue was installed, a discovery call that failed): its namespace's Workloads are watched, and an
+        # informer that cannot list them says so on the job.
+        if (WORKLOAD, "") not in watched.informers and (queued or self._kueue_served):
             # Kueue's Workloads carry no dispatch label: every Workload of the namespace, keeping those a
             # TrainJob named like dispatch's controls (grouping then checks the owner's UID).
             watched.informers[(WORKLOAD, "")] = self._informer(

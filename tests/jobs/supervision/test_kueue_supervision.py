@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -468,6 +469,52 @@ def test_a_pods_ready_timeout_ends_the_attempt_evicted(
     assert marked and marked[-1]["spec"]["active"] is False, [conditions_summary(w) for w in seen]
     assert json.loads(marked[-1]["metadata"]["annotations"][MARK])["cause"] == "evicted"
     wait_for("the TrainJob deleted", lambda: not _exists(kube, ns, f"{job_id}-1"), timeout=30)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_that_names_a_queue_is_watched_through_its_workload_whatever_dispatch_remembers_of_kueue(
+    kube: Kube,
+    kueue_queue: KueueQueue,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`manage.py supervise` started while Kueue's group answered 404 (Kueue installed after dispatch, or a
+    discovery call that failed): it remembers Kueue absent for a minute. The fault is injected by noting that
+    answer (cluster.kueue.presence), since the plane's Kueue cannot be uninstalled and back on demand. A job
+    that names a queue is watched through its Workload all the same: Kueue's PodsReadyTimeout eviction ends
+    it `evicted` with that evidence, and dispatch deactivates the Workload with its mark. (Before, the
+    namespace's Workloads were watched only if Kueue was known served at first sight: the job read another
+    cause, without the Workload's word.)"""
+    ns = kueue_queue.namespace
+    token = submitter[1]
+    body = queue_job_body(
+        kueue_queue, env={"KWOK_IMAGE_PULL_ERROR": "1"}, recovery_policy={"retry": {"evicted": 0}}
+    )
+    job_id = submit_job(token, body, django_capture_on_commit_callbacks)
+    trainjob = get_trainjob(kube, ns, f"{job_id}-1")
+    recorder = Recorder(kube, ns).start()
+    asked: list[float] = []
+
+    def remembered_absent() -> bool:
+        cluster_kueue.presence.note_absent()
+        asked.append(time.monotonic())
+        return False
+
+    monkeypatch.setattr(cluster_kueue, "installed", remembered_absent)
+    try:
+        with watching(interval=0.5):
+            wait_job(job_id, lambda j: j.state == "failed", timeout=90, what="failed")
+        assert asked, "supervision never read the injected answer (Kueue absent)"
+        done = get_job(token, job_id)
+    finally:
+        cluster_kueue.presence.forget()
+        recorder.stop()
+    assert done["cause"] == "evicted", (done["cause"], done["message"])
+    assert any(str(e["value"]).startswith("PodsReadyTimeout") for e in done["evidence"]), done["evidence"]
+    seen = [o.obj for o in recorder.of("Workload") if o.obj["metadata"]["name"] == workload_name(trainjob)]
+    marked = [w for w in seen if MARK in (w["metadata"].get("annotations") or {})]
+    assert marked and marked[-1]["spec"]["active"] is False, [conditions_summary(w) for w in seen]
 
 
 def workload_name(trainjob: dict[str, Any]) -> str:
