@@ -68,6 +68,7 @@ class Config:
     inadmissible_after_seconds: int = 300  # a Kueue Workload found inadmissible this long fails the job
     # Interactive sessions: the longest a session may live (the sweep closes it then).
     session_max_lifetime_seconds: int = 24 * 3600
+    session_failed_grace_seconds: int = 600
     # The web server (dispatch_site/gunicorn.conf.py) and its long requests (dispatch_site.longrequests).
     web_workers: int = 2
     web_threads: int = 16
@@ -375,6 +376,9 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
     session_max_lifetime = _parse_int(
         "SESSION_MAX_LIFETIME_SECONDS", env.get("SESSION_MAX_LIFETIME_SECONDS", str(24 * 3600)), 60
     )
+    session_failed_grace = _parse_int(
+        "SESSION_FAILED_GRACE_SECONDS", env.get("SESSION_FAILED_GRACE_SECONDS", "600"), 0
+    )
 
     webhook_timeout_raw = env.get("WEBHOOK_TIMEOUT_SECONDS", "10")
     try:
@@ -413,6 +417,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
         stuck_after_seconds=stuck_after,
         inadmissible_after_seconds=inadmissible_after,
         session_max_lifetime_seconds=session_max_lifetime,
+        session_failed_grace_seconds=session_failed_grace,
         web_workers=web_workers,
         web_threads=web_threads,
         long_requests_per_process=long_per_process,

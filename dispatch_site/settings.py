@@ -321,3 +321,5 @@ LONG_REQUESTS_PER_USER = CONFIG.long_requests_per_user
 LONG_REQUESTS_KEY_PREFIX = "v1"
 # How long a session may live from its open; the sweep closes it then, and exec is refused after it.
 SESSION_MAX_LIFETIME_SECONDS = CONFIG.session_max_lifetime_seconds
+# A failed session is closed this long after it failed (its TrainJob, pods, quota and GPUs released).
+SESSION_FAILED_GRACE_SECONDS = CONFIG.session_failed_grace_seconds

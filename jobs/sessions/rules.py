@@ -186,6 +186,12 @@ def container_problem(session: Session, container: str) -> str | None:
     )
 
 
+def failed_grace_over(session: Session, now: datetime, grace_seconds: int) -> bool:
+    """Has a failed session been failed for `grace_seconds` (its last state change was the failure)? Pure."""
+    failed_for = timedelta(seconds=grace_seconds)
+    return session.state == SessionState.FAILED and now >= session.updated_at + failed_for
+
+
 def lifetime_over(session: Session, now: datetime, max_seconds: int) -> bool:
     """Has the session reached the site's maximum session lifetime (counted from its open)? Pure."""
     return now >= session.created_at + timedelta(seconds=max_seconds)

@@ -50,6 +50,7 @@ from jobs.sessions.rules import (
     creation_failure,
     decide_start,
     exec_containers,
+    failed_grace_over,
     leftover_pods,
     lifetime_over,
     pick_trainer_pod,
@@ -469,10 +470,13 @@ def sessions_sweep(*, now: Any = None) -> dict[str, int]:
     """The beat's look at every session that is waiting on something, in case its watcher's message was
     lost: starting sessions are observed (running, failed, or still starting), closing ones are moved on
     (objects deleted, closed once the pods are gone), running ones past the site's maximum lifetime
-    (SESSION_MAX_LIFETIME_SECONDS) are closed, and the others' trainer pods are checked. Every step is the
-    same compare-and-set the watchers and requests use, so a sweep racing them is harmless."""
+    (SESSION_MAX_LIFETIME_SECONDS) are closed, and the others' trainer pods are checked; failed ones are
+    closed SESSION_FAILED_GRACE_SECONDS after they failed, or at the maximum lifetime if that comes first
+    (a failed session's TrainJob may still hold pods, quota and GPUs: the keep-alive of its other pods).
+    Every step is the same compare-and-set the watchers and requests use, so a sweep racing them is
+    harmless."""
     now = now or timezone.now()
-    counts = {"starting": 0, "closing": 0, "expired": 0, "checked": 0}
+    counts = {"starting": 0, "closing": 0, "expired": 0, "checked": 0, "failed": 0}
     for session_id in _oldest(SessionState.STARTING):
         session_observe(session_id=session_id)
         counts["starting"] += 1
@@ -487,6 +491,16 @@ def sessions_sweep(*, now: Any = None) -> dict[str, int]:
         else:
             session_check_pod(session_id=session.pk)
             counts["checked"] += 1
+    grace = settings.SESSION_FAILED_GRACE_SECONDS
+    for session in Session.objects.filter(state=SessionState.FAILED).order_by("updated_at")[:SWEEP_BATCH]:
+        if failed_grace_over(session, now, grace):
+            reason = f"it failed {grace}s ago ({session.message or 'no message'}); its TrainJob is released"
+        elif lifetime_over(session, now, settings.SESSION_MAX_LIFETIME_SECONDS):
+            reason = f"it reached the maximum session lifetime ({settings.SESSION_MAX_LIFETIME_SECONDS}s)"
+        else:
+            continue
+        session_close(actor=None, session=session, reason=reason)
+        counts["failed"] += 1
     for session_id in _oldest(SessionState.CLOSING):
         session_close_observe(session_id=session_id)
         counts["closing"] += 1

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from dispatch_site.models import AuditEvent
@@ -328,6 +329,63 @@ def test_a_trainer_pod_that_is_gone_makes_execute_409_and_fails_the_session(
     assert "is gone" in response.json()["detail"]
     assert Session.objects.get(pk=session["id"]).state == SessionState.FAILED
     assert api.delete(f"/api/v1/sessions/{session['id']}?wait=60").json()["state"] == "closed"
+
+
+def test_a_failed_session_is_closed_after_its_grace_or_at_the_lifetime_cap_releasing_its_trainjob(
+    kube: Any, namespace: str, api: APIClient, settings: Any
+) -> None:
+    """A failed session's TrainJob may still run its other pods (sleep infinity holds their GPUs and quota):
+    the beat's sweep closes it SESSION_FAILED_GRACE_SECONDS after the failure, or once it reaches the
+    maximum lifetime, whichever comes first, and the TrainJob goes. Each session fails the way users meet
+    it: its trainer pod deleted under it (the sweep's pod check fails it)."""
+    from jobs.sessions.services import sessions_sweep
+
+    runtime = plain_runtime(kube, namespace)
+    first, second = (
+        api.post("/api/v1/sessions?wait=60", open_body(namespace, runtime, num_nodes=2), format="json").json()
+        for _ in range(2)
+    )
+    assert first["state"] == second["state"] == "running", (first, second)
+    settings.SESSION_FAILED_GRACE_SECONDS = 8
+
+    def fail(session: dict[str, Any]) -> None:
+        kube.core.delete_namespaced_pod(session["pod"], namespace, grace_period_seconds=0)
+
+        def failed() -> bool:
+            sessions_sweep()
+            return Session.objects.get(pk=session["id"]).state == SessionState.FAILED
+
+        wait_for(failed, what=f"session {session['id']} failed (its trainer pod gone)")
+
+    def closed(session: dict[str, Any]) -> dict[str, Any]:
+        return wait_for(
+            lambda: (
+                sessions_sweep()
+                and (data := api.get(f"/api/v1/sessions/{session['id']}").json())["state"] == "closed"
+                and data
+            ),
+            what=f"session {session['id']} closed",
+        )
+
+    fail(first)
+    failed_at = Session.objects.get(pk=first["id"]).updated_at
+    # Within the grace the failure stays, to be read, with its TrainJob.
+    assert sessions_sweep()["failed"] == 0
+    assert api.get(f"/api/v1/sessions/{first['id']}").json()["state"] == "failed"
+    assert trainjob_exists(kube, namespace, first["trainjob_name"])
+    wait_for(lambda: (timezone.now() - failed_at).total_seconds() > 8, what="the grace over")
+    done = closed(first)
+    assert "closed by dispatch: it failed 8s ago" in done["message"], done
+    assert not trainjob_exists(kube, namespace, first["trainjob_name"])
+    assert trainjob_exists(kube, namespace, second["trainjob_name"])  # still running: left alone
+
+    # The lifetime cap applies to a failed session too, before its grace is over.
+    settings.SESSION_FAILED_GRACE_SECONDS = 3600
+    fail(second)
+    settings.SESSION_MAX_LIFETIME_SECONDS = 1  # it was opened longer ago than that
+    done = closed(second)
+    assert "maximum session lifetime (1s)" in done["message"], done
+    assert not trainjob_exists(kube, namespace, second["trainjob_name"])
 
 
 def test_output_beyond_the_limit_is_truncated_and_the_audit_row_counts_every_byte(
