@@ -165,10 +165,11 @@ class IdentityFindingSerializer(serializers.Serializer):
 
 class SupervisionWarningSerializer(serializers.Serializer):
     """Beside the status: an object carrying the job's labels outside its TrainJob's owner chain (ignored), a
-    read that failed (the status was derived without it), or a rank disrupted on the way to a success (it
-    exited 0 on SIGTERM, so its Job counted it complete)."""
+    read that failed (the status was derived without it), a rank disrupted on the way to a success (it
+    exited 0 on SIGTERM, so its Job counted it complete), or a Kueue act the API server refused (a Workload
+    that could not be deactivated)."""
 
-    kind = serializers.CharField(help_text="stranger, read or disruption")
+    kind = serializers.CharField(help_text="stranger, read, disruption or kueue")
     object = serializers.CharField(help_text="e.g. 'Pod team-a/x' or 'Events in team-a'")
     message = serializers.CharField()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -19,6 +20,12 @@ logger = logging.getLogger(__name__)
 
 QUEUED_FOR_QUOTA = ("awaiting-quota", "inadmissible")
 POSITION_RECHECK_SECONDS = 10.0
+# A deactivation the API server refuses (not an outage: a webhook, a policy, RBAC) this many cycles in a row
+# stops holding the failure back: it is applied, and deleting the TrainJob takes the Workload with it.
+DEACTIVATE_TRIES = 5
+
+_refused: dict[tuple[str, int], int] = {}  # refusals in a row, per execution, in this process
+_refused_lock = threading.Lock()
 
 
 def queue_positions(statuses: Mapping[tuple[str, int], DerivedStatus]) -> None:
@@ -68,7 +75,10 @@ def deactivate_evicted(
     """Deactivate the Kueue Workloads the derivation says must be (an eviction ended the attempt), with
     dispatch's mark, before the failure is written and the TrainJob deleted: Kueue can then never resume
     that TrainJob. The keys whose status may be applied: all but those whose Workload could not be
-    deactivated (left for the next cycle), and what failed."""
+    deactivated (left for the next cycle), and what failed. A Workload the API server refuses to deactivate
+    DEACTIVATE_TRIES cycles in a row (refused, not unreachable) holds the failure back no longer: it is
+    applied with a warning naming the refusal, since deleting the TrainJob takes its Workload with it (and
+    the admission guard refuses to admit an evicted dispatch Workload again meanwhile)."""
     ok = set(statuses)
     errors: list[str] = []
     for key, status in statuses.items():
@@ -84,10 +94,34 @@ def deactivate_evicted(
                 annotations={str(act["key"]): json.dumps(mark, sort_keys=True)},
             )
         except ClusterError as exc:
-            ok.discard(key)
             errors.append(f"deactivating {exc}")
+            tries = _note_refused(key) if not exc.transient else 0
+            if tries < DEACTIVATE_TRIES:
+                ok.discard(key)
+                continue
+            _forget_refused(key)
+            status.warnings.append(
+                {
+                    "kind": "kueue",
+                    "object": f"Workload {act['namespace']}/{act['name']}",
+                    "message": f"could not be deactivated ({tries} tries, each refused: {exc}); the failure "
+                    "is applied without it: deleting the TrainJob takes the Workload with it",
+                }
+            )
             continue
+        _forget_refused(key)
         logger.info(
             "supervision: Workload %s/%s %s (%s)", act["namespace"], act["name"], outcome, status.cause
         )
     return ok, errors
+
+
+def _note_refused(key: tuple[str, int]) -> int:
+    with _refused_lock:
+        _refused[key] = _refused.get(key, 0) + 1
+        return _refused[key]
+
+
+def _forget_refused(key: tuple[str, int]) -> None:
+    with _refused_lock:
+        _refused.pop(key, None)

@@ -9,11 +9,12 @@ client (tests.support.kueue: its Recorder watches the namespace's pods), never w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client, TestCase
+from kubernetes import client as k8s_client
 from kubernetes.client.rest import ApiException
 
 from cluster import kueue as cluster_kueue
@@ -515,6 +517,107 @@ def test_a_job_that_names_a_queue_is_watched_through_its_workload_whatever_dispa
     seen = [o.obj for o in recorder.of("Workload") if o.obj["metadata"]["name"] == workload_name(trainjob)]
     marked = [w for w in seen if MARK in (w["metadata"].get("annotations") or {})]
     assert marked and marked[-1]["spec"]["active"] is False, [conditions_summary(w) for w in seen]
+
+
+@contextlib.contextmanager
+def _deactivation_refused(kube: Kube, namespace: str) -> Iterator[str]:
+    """A ValidatingAdmissionPolicy, bound to `namespace`, that refuses any update turning a Workload's
+    spec.active to false: the API server's own refusal, as a webhook or a platform's policy would give."""
+    admission: Any = k8s_client.AdmissionregistrationV1Api(kube.api_client)
+    policy = f"t-no-deactivate-{namespace[-8:]}"
+    admission.create_validating_admission_policy(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": policy},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": ["kueue.x-k8s.io"],
+                            "apiVersions": ["*"],
+                            "operations": ["UPDATE"],
+                            "resources": ["workloads"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": "!has(object.spec.active) || object.spec.active"
+                        " || (has(oldObject.spec.active) && !oldObject.spec.active)",
+                        "message": "Workloads stay active in this namespace",
+                    }
+                ],
+            },
+        }
+    )
+    admission.create_validating_admission_policy_binding(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": policy},
+            "spec": {
+                "policyName": policy,
+                "validationActions": ["Deny"],
+                "matchResources": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+                },
+            },
+        }
+    )
+    try:
+        yield policy
+    finally:
+        admission.delete_validating_admission_policy_binding(policy)
+        admission.delete_validating_admission_policy(policy)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_workload_the_api_server_will_not_deactivate_holds_the_failure_back_only_a_few_cycles(
+    kube: Kube,
+    kueue_queue: KueueQueue,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Kueue evicts a job's Workload (PodsReadyTimeout) and the API server refuses dispatch's deactivation
+    (a policy of the platform's: the fault, real admission). The failure waits DEACTIVATE_TRIES cycles, then
+    is applied with a warning naming the refusal: the job reads `evicted` instead of `running` for ever, and
+    deleting its TrainJob takes the Workload with it."""
+    from jobs.supervision.kueue import DEACTIVATE_TRIES
+
+    ns = kueue_queue.namespace
+    token = submitter[1]
+    body = queue_job_body(
+        kueue_queue, env={"KWOK_IMAGE_PULL_ERROR": "1"}, recovery_policy={"retry": {"evicted": 0}}
+    )
+    with _deactivation_refused(kube, ns):
+        job_id = submit_job(token, body, django_capture_on_commit_callbacks)
+        trainjob = get_trainjob(kube, ns, f"{job_id}-1")
+        refusals: list[str] = []
+
+        def ended() -> dict[str, Any] | None:
+            report = cycle.supervise()
+            if "Workloads stay active" in report.error:
+                refusals.append(report.error)
+            data = get_job(token, job_id)
+            return data if data["state"] == "failed" else None
+
+        done = wait_for("the job failed", ended, timeout=120)
+        assert len(refusals) >= DEACTIVATE_TRIES, refusals  # the fault happened, each cycle
+        assert done["cause"] == "evicted", (done["cause"], done["message"])
+        assert any(str(e["value"]).startswith("PodsReadyTimeout") for e in done["evidence"]), done["evidence"]
+        warned = [w for w in done["supervision_warnings"] if w["kind"] == "kueue"]
+        assert warned and "Workloads stay active in this namespace" in warned[0]["message"], done
+        assert f"({DEACTIVATE_TRIES} tries" in warned[0]["message"]
+        wl = workload_of(kube, trainjob)
+        assert wl is None or wl["spec"].get("active", True), "the policy let a deactivation through"
+
+        def gone() -> bool:
+            cycle.supervise()
+            return not _exists(kube, ns, f"{job_id}-1") and workload_of(kube, trainjob) is None
+
+        wait_for("the TrainJob and its Workload gone", gone, timeout=90)
 
 
 def workload_name(trainjob: dict[str, Any]) -> str:
