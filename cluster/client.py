@@ -1,19 +1,23 @@
-"""Client factory: loads KUBECONFIG (or the in-cluster configuration) once per process, with timeouts."""
+"""Client factory: loads KUBECONFIG (or the in-cluster configuration) once per process, with timeouts; on a
+MultiKueue worker (cluster.where.on_cluster), that worker's kubeconfig from WORKER_KUBECONFIG_DIR."""
 
 from __future__ import annotations
 
 import threading
 from functools import lru_cache
+from pathlib import Path
 
 from django.conf import settings
 from kubernetes import client, config
 
 from cluster.errors import ClusterUnavailable
+from cluster.where import MANAGER, current_cluster
+from dispatch_site.names import is_dns1123_subdomain
 
 _lock = threading.Lock()
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=32)
 def _api_client_for(kubeconfig: str) -> client.ApiClient:
     configuration = client.Configuration()
     try:
@@ -30,9 +34,31 @@ def _api_client_for(kubeconfig: str) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+def kubeconfig_of(cluster: str) -> str:
+    """The kubeconfig dispatch uses for `cluster`: its own KUBECONFIG for the manager; for a worker,
+    <WORKER_KUBECONFIG_DIR>/<name>.kubeconfig, dispatch's own credentials there (never the MultiKueue
+    Secret). ClusterUnavailable naming the worker and the file when there is none."""
+    if cluster == MANAGER:
+        return str(settings.KUBECONFIG)
+    if not is_dns1123_subdomain(cluster):
+        raise ClusterUnavailable(
+            "kubeconfig", f"{cluster!r} is not a MultiKueueCluster name (DNS-1123 subdomain)"
+        )
+    directory = str(getattr(settings, "WORKER_KUBECONFIG_DIR", "") or "")
+    path = Path(directory) / f"{cluster}.kubeconfig" if directory else None
+    if path is None or not path.is_file():
+        where = f"{path}" if path else "WORKER_KUBECONFIG_DIR (unset)"
+        raise ClusterUnavailable(
+            "kubeconfig", f"dispatch has no credentials for worker cluster {cluster}: expected {where}"
+        )
+    return str(path)
+
+
 def api_client(kubeconfig: str | None = None) -> client.ApiClient:
+    """The client for `kubeconfig`, else for the cluster the call path is on (cluster.where)."""
+    path = kubeconfig_of(current_cluster()) if kubeconfig is None else kubeconfig
     with _lock:
-        return _api_client_for(settings.KUBECONFIG if kubeconfig is None else kubeconfig)
+        return _api_client_for(path)
 
 
 def request_timeout() -> tuple[float, float]:

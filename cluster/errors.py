@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from cluster.where import cluster_label, current_cluster
+
 
 class ClusterError(Exception):
-    """Base class; `target` names the object as kind namespace/name (or kind/name when cluster-scoped)."""
+    """Base class; `target` names the object as kind namespace/name (or kind/name when cluster-scoped), and
+    the message starts with the worker cluster's name when it happened on one (cluster.where)."""
 
     transient = False
 
@@ -12,7 +15,8 @@ class ClusterError(Exception):
         self.target = target
         self.message = message
         self.status = status
-        super().__init__(f"{target}: {message}")
+        self.cluster = current_cluster()  # the MultiKueue worker it happened on; "" for the manager
+        super().__init__(f"{cluster_label(self.cluster)}{target}: {message}")
 
 
 class ClusterUnavailable(ClusterError):

@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlparse
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 LOCAL_CLUSTER_KUBECONFIG = VAR_DIR / "cluster" / "admin.kubeconfig"
+LOCAL_WORKER_KUBECONFIGS = VAR_DIR / "cluster" / "workers"  # scripts/cluster up --multikueue
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -47,6 +48,8 @@ class Config:
     database_url: str
     redis_url: str
     kubeconfig: str  # "" means in-cluster configuration
+    # MultiKueue: <dir>/<MultiKueueCluster name>.kubeconfig, dispatch's credentials on each worker cluster.
+    worker_kubeconfig_dir: str
     log_level: str
     kube_timeout_seconds: float
     api_token_ttl_days: int = 90
@@ -324,6 +327,12 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
     elif LOCAL_CLUSTER_KUBECONFIG.is_file() and "KUBERNETES_SERVICE_HOST" not in env:
         # The local control plane from `scripts/cluster up`, when nothing else is configured.
         kubeconfig = str(LOCAL_CLUSTER_KUBECONFIG)
+    worker_kubeconfig_dir = env.get("WORKER_KUBECONFIG_DIR", "")
+    if worker_kubeconfig_dir and not Path(worker_kubeconfig_dir).is_dir():
+        raise ConfigError(f"WORKER_KUBECONFIG_DIR={worker_kubeconfig_dir!r}: no such directory")
+    if not worker_kubeconfig_dir and kubeconfig == str(LOCAL_CLUSTER_KUBECONFIG):
+        # The local plane's workers, whenever `up --multikueue` starts them (read at each lookup).
+        worker_kubeconfig_dir = str(LOCAL_WORKER_KUBECONFIGS)
 
     log_level = env.get("LOG_LEVEL", "INFO").upper()
     if log_level not in LOG_LEVELS:
@@ -434,6 +443,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
         database_url=database_url,
         redis_url=redis_url,
         kubeconfig=kubeconfig,
+        worker_kubeconfig_dir=worker_kubeconfig_dir,
         log_level=log_level,
         kube_timeout_seconds=kube_timeout,
         api_token_ttl_days=api_token_ttl_days,

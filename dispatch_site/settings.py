@@ -19,6 +19,7 @@ ALLOWED_HOSTS = list(CONFIG.allowed_hosts)
 DATABASES = {"default": CONFIG.database}
 REDIS_URL = CONFIG.redis_url
 KUBECONFIG = CONFIG.kubeconfig
+WORKER_KUBECONFIG_DIR = CONFIG.worker_kubeconfig_dir
 KUBE_TIMEOUT_SECONDS = CONFIG.kube_timeout_seconds
 # One connection pool per process, as large as the worker's thread pool (urllib3 would otherwise open, and
 # throw away, a new TLS connection for every thread beyond its default of 5 per core).
