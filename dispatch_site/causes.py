@@ -15,6 +15,7 @@ from django.db import models
 class Cause(models.TextChoices):
     PREEMPTED = "preempted"
     NODE_LOST = "node-lost"
+    CLUSTER_LOST = "cluster-lost"  # the MultiKueue worker running the attempt was lost (issue 35)
     OOM = "oom"
     TIMEOUT = "timeout"
     NO_CAPACITY = "no-capacity"
@@ -29,7 +30,9 @@ class Cause(models.TextChoices):
 
 
 # Recovery budgets (DESIGN.md): infrastructure causes retry from one budget, user causes from another.
-INFRA_CAUSES: Final = frozenset({Cause.PREEMPTED, Cause.NODE_LOST, Cause.EVICTED, Cause.NO_CAPACITY})
+INFRA_CAUSES: Final = frozenset(
+    {Cause.PREEMPTED, Cause.NODE_LOST, Cause.CLUSTER_LOST, Cause.EVICTED, Cause.NO_CAPACITY}
+)
 USER_CAUSES: Final = frozenset({Cause.APP_ERROR, Cause.OOM, Cause.CONFIG_ERROR})
 
 RECOVERY_POLICY_PARTS: Final = ("retry", "backoff_seconds", "budgets")

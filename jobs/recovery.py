@@ -28,6 +28,7 @@ USER: Final = "user"
 BUDGET_OF: Final[dict[str, str]] = {
     "preempted": INFRASTRUCTURE,
     "node-lost": INFRASTRUCTURE,
+    "cluster-lost": INFRASTRUCTURE,
     "evicted": INFRASTRUCTURE,
     "no-capacity": INFRASTRUCTURE,
     "app-error": USER,
@@ -40,7 +41,15 @@ DEFAULT_BACKOFF_SECONDS: Final = 10
 # The built-in default under the site's: retry what the infrastructure did to a job, never what the job did
 # to itself.
 DEFAULT_POLICY: Final[dict[str, Any]] = {
-    "retry": {"preempted": 3, "node-lost": 3, "evicted": 3, "no-capacity": 0, "app-error": 0, "oom": 0},
+    "retry": {
+        "preempted": 3,
+        "node-lost": 3,
+        "cluster-lost": 3,
+        "evicted": 3,
+        "no-capacity": 0,
+        "app-error": 0,
+        "oom": 0,
+    },
     "backoff_seconds": {},
     "budgets": {INFRASTRUCTURE: 3, USER: 0},
 }

@@ -32,6 +32,7 @@ from jobs.supervision.status.kueue import KueueEviction, kueue_eviction, kueue_q
 from jobs.supervision.status.model import (
     APP_ERROR,
     CANCELLED,
+    CLUSTER_LOST,
     COMPLETION_INDEX,
     CONFIG_ERROR,
     EVICTED,
@@ -62,6 +63,7 @@ from jobs.waits import parse_time
 __all__ = [
     "APP_ERROR",
     "CANCELLED",
+    "CLUSTER_LOST",
     "COMPLETION_INDEX",
     "CONFIG_ERROR",
     "EVICTED",

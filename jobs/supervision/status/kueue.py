@@ -12,6 +12,7 @@ from typing import Any, Final
 from jobs.naming import kueue_mark_key
 from jobs.supervision.status.model import (
     CANCELLED,
+    CLUSTER_LOST,
     CONFIG_ERROR,
     EVICTED,
     NODE_LOST,
@@ -41,7 +42,16 @@ class KueueEviction:
     act: dict[str, Any] | None = None  # the deactivation the cycle must do (None: nothing left to do)
 
 
-def _eviction_cause(reason: str) -> str:
+# MultiKueue, the admitting worker unreachable past workerLostTimeout: its check goes Retry with this message
+# (kueue v0.19.2 pkg/controller/admissionchecks/multikueue/workload.go), and the Workload is evicted with
+# reason AdmissionCheck, `Evicted due to AdmissionCheck in Retry state: "<check>" (Admitting remote lost)`
+# (pkg/controller/core/workload_controller.go). The eviction clears status.clusterName.
+WORKER_LOST = "Admitting remote lost"
+
+
+def _eviction_cause(reason: str, message: str = "") -> str:
+    if reason == "AdmissionCheck" and WORKER_LOST in message:
+        return CLUSTER_LOST
     if reason == "Preempted":
         return PREEMPTED
     if reason == "NodeFailures":
@@ -165,7 +175,7 @@ def kueue_eviction(workloads: Sequence[Mapping[str, Any]], label_domain: str) ->
                 "message": str((condition(wl, "Evicted") or {}).get("message", "")),
                 "lastTransitionTime": (condition(wl, "Evicted") or {}).get("lastTransitionTime"),
             }
-        cause = _eviction_cause(str(why.get("reason", "")))
+        cause = _eviction_cause(str(why.get("reason", "")), str(why.get("message", "")))
         preempted_true = preempted if (preempted or {}).get("status") == "True" or not evicted else None
         message = _eviction_message(cause, why, preempted_true)
         ev = _cond_ev(wl, why, "Evicted") + _cond_ev(wl, preempted_true, "Preempted")

@@ -19,6 +19,7 @@ CANCELLED: Final = "cancelled"
 
 PREEMPTED: Final = "preempted"
 NODE_LOST: Final = "node-lost"
+CLUSTER_LOST: Final = "cluster-lost"
 OOM: Final = "oom"
 TIMEOUT: Final = "timeout"
 NO_CAPACITY: Final = "no-capacity"

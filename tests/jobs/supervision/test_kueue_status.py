@@ -205,3 +205,24 @@ def test_a_stopped_queue_and_plain_waiting_for_quota_never_end_the_job() -> None
     )
     assert st.derive(stopped, late).state == st.QUEUED
     assert st.derive(objects("pending-insufficient-quota"), late).state == st.QUEUED
+
+
+def test_a_multikueue_worker_lost_ends_the_attempt_cluster_lost() -> None:
+    """The manager's Workload when its admitting worker stayed unreachable past workerLostTimeout: the
+    MultiKueue check went Retry "Admitting remote lost" and Kueue evicted the Workload for it (kueue v0.19.2
+    pkg/controller/admissionchecks/multikueue/workload.go, pkg/controller/core/workload_controller.go). The
+    recorded PodsReady-timeout Workload, its Evicted condition rewritten to that eviction (a fixture recorded
+    on the MultiKueue planes is still to come)."""
+    items = objects("pods-ready-timeout")
+    evicted = next(c for c in workload(items)["status"]["conditions"] if c["type"] == "Evicted")
+    evicted["reason"] = "AdmissionCheck"
+    evicted["message"] = (
+        'Evicted due to AdmissionCheck in Retry state: "dispatch-multi" (Admitting remote lost)'
+    )
+    status = derive(items)
+    assert (status.state, status.cause, status.stop) == (st.FAILED, st.CLUSTER_LOST, True)
+    assert "Admitting remote lost" in str(status.evidence[0]["value"])
+    assert (status.deactivate or {})["mark"]["cause"] == st.CLUSTER_LOST  # re-admission is refused
+
+    evicted["message"] = 'Evicted due to AdmissionCheck in Retry state: "provisioning" (capacity not ready)'
+    assert derive(items).cause == st.EVICTED  # another check's retry is no lost cluster
