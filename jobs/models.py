@@ -158,6 +158,9 @@ class Execution(models.Model):
     observed_at = models.DateTimeField(null=True, blank=True)
     observed_digest = models.CharField(max_length=64, blank=True, default="")
     started_at = models.DateTimeField(null=True, blank=True)  # first seen running
+    # The MultiKueue worker cluster the attempt was admitted to (its Workload's status.clusterName, kept when
+    # an eviction clears it); "" for an attempt that runs where dispatch submitted it.
+    cluster = models.CharField(max_length=253, blank=True, default="")
     objects_removed_at = models.DateTimeField(null=True, blank=True)  # attempt's objects deleted by dispatch
     # Start's claim (jobs.services.execution_submit): one delivery chain at a time works on a pending
     # execution; it holds the lease through its retry backoff, and a dead holder's lease runs out.

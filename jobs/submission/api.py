@@ -56,6 +56,7 @@ def _execution_data(execution: Execution, *, detail: bool = False) -> dict[str, 
         "finished_at": execution.finished_at,
         "gpu_hours": execution.gpu_hours,
         "queue_wait_seconds": execution.queue_wait_seconds,
+        "cluster": execution.cluster,
     }
     if detail:
         data["evidence"] = execution.evidence
@@ -199,6 +200,10 @@ class ExecutionSerializer(serializers.ModelSerializer):
     queue_wait_seconds = serializers.FloatField(
         read_only=True, allow_null=True, help_text="TrainJob created -> all ranks running; null: never ran"
     )
+    cluster = serializers.CharField(
+        read_only=True,
+        help_text="the MultiKueue worker cluster the attempt was admitted to; empty: where it was submitted",
+    )
 
     class Meta:
         model = Execution
@@ -223,6 +228,7 @@ class ExecutionSerializer(serializers.ModelSerializer):
             "observed_at",
             "gpu_hours",
             "queue_wait_seconds",
+            "cluster",
         ]
 
 

@@ -55,6 +55,7 @@ def _digest(status: DerivedStatus) -> str:
         "restart_attempt": status.restart_attempt,
         "pods": status.pods,
         "warnings": status.warnings,
+        "cluster": status.cluster,
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -147,6 +148,8 @@ def apply_status(
         }
         if status.state == JobState.RUNNING and execution.started_at is None:
             fields["started_at"] = now
+        if status.cluster:  # kept once known: an eviction clears the Workload's clusterName
+            fields["cluster"] = status.cluster
         if status.terminal:
             fields["finished_at"] = now
         job_fields: dict[str, Any] = {

@@ -17,6 +17,7 @@ from jobs.supervision.status.jobs import (
     raw_conditions,
 )
 from jobs.supervision.status.kueue import (
+    admitted_cluster,
     kueue_dead_end,
     kueue_eviction,
     kueue_queued_reason,
@@ -121,7 +122,9 @@ def derive(
 
     restart_attempt = as_int(as_map((jobset or {}).get("status")).get("restarts")) or 0
     restart_attempt = max([restart_attempt, *(p.get("restart_attempt", 0) for p in pods.values())])
-    status = DerivedStatus(state=QUEUED, restart_attempt=restart_attempt, pods=pods)
+    status = DerivedStatus(
+        state=QUEUED, restart_attempt=restart_attempt, pods=pods, cluster=admitted_cluster(workloads)
+    )
 
     pod_events: dict[str, list[EventView]] = {}
     for event in events:

@@ -102,6 +102,16 @@ def _mark(wl: Mapping[str, Any], label_domain: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) and value.get("cause") else None
 
 
+def admitted_cluster(workloads: Sequence[Mapping[str, Any]]) -> str:
+    """The MultiKueue worker cluster the attempt's Workload was admitted to (status.clusterName); "" when it
+    runs where it was submitted. An eviction clears it: the caller keeps the name it recorded."""
+    for wl in workloads:
+        name = as_map(wl.get("status")).get("clusterName")
+        if isinstance(name, str) and name:
+            return name
+    return ""
+
+
 def kueue_eviction(workloads: Sequence[Mapping[str, Any]], label_domain: str) -> KueueEviction | None:
     """What a Kueue eviction of the execution's Workload means (status-facts §7, §12). Pure.
 

@@ -102,6 +102,8 @@ class DerivedStatus:
     ranks: list[dict[str, Any]] = field(default_factory=list)
     restart_attempt: int = 0
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # pod uid -> condensed pod (the memory)
+    # The MultiKueue worker cluster Kueue admitted the attempt to (Workload.status.clusterName); "" otherwise.
+    cluster: str = ""
     # Set when dispatch itself has to act: stop the TrainJob (a waiting cause ran out, or the promise broke).
     stop: bool = False
     # What the page may show beside the status, plain data {kind, message, object}: objects that carry the

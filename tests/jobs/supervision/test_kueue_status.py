@@ -226,3 +226,10 @@ def test_a_multikueue_worker_lost_ends_the_attempt_cluster_lost() -> None:
 
     evicted["message"] = 'Evicted due to AdmissionCheck in Retry state: "provisioning" (capacity not ready)'
     assert derive(items).cause == st.EVICTED  # another check's retry is no lost cluster
+
+
+def test_the_worker_kueue_admitted_the_attempt_to_is_read_from_its_workload() -> None:
+    items = objects("pods-ready-timeout")
+    assert derive(items).cluster == ""  # not MultiKueue
+    workload(items)["status"]["clusterName"] = "worker-2"
+    assert derive(items).cluster == "worker-2"
