@@ -1,13 +1,15 @@
 """An informer: a local copy of one kind's objects in one namespace, kept current by a list, then a watch.
 
-Like client-go's: list, then watch from the list's resourceVersion (with bookmarks, so a quiet watch keeps
-its place); a 410 Gone (the place expired) lists afresh; a full re-list every `relist_seconds` guards against
-an event the watch could have missed. That periodic re-list runs beside the watch, which goes on (a re-list
-of thousands of pods takes seconds on a busy API server, and changes must not wait for it): it corrects only
-the objects the watch did not touch meanwhile. Between re-lists nothing is listed: the copy follows the
-watch. Objects
-are kept in a store by UID with indices (name, owner UID, ...), and each change is reported to `on_change`
-(ADDED, MODIFIED, DELETED with the last state seen; a re-list reports what it finds changed).
+Like client-go's reflector: list, then watch from the list's resourceVersion (with bookmarks, so a quiet watch
+keeps its place); a watch that breaks (the API server unreachable, a 5xx, a refusal) is opened again from the
+last resourceVersion seen, so what changed meanwhile arrives as the events it was, in order (a pod evicted and
+gone during an outage is seen with its DisruptionTarget, then deleted); only a 410 Gone (the place expired)
+lists afresh. A full re-list every `relist_seconds` guards against an event the watch could have missed. That
+periodic re-list runs beside the watch, which goes on (a re-list of thousands of pods takes seconds on a busy
+API server, and changes must not wait for it): it corrects only the objects the watch did not touch meanwhile.
+Between re-lists nothing is listed: the copy follows the watch. Objects are kept in a store by UID with
+indices (name, owner UID, ...), and each change is reported to `on_change` (ADDED, MODIFIED, DELETED with the
+last state seen; a re-list reports what it finds changed).
 
 Reads that fail are kept as `error` (e.g. "Pods in team-a (watch): forbidden"), so a caller can say which
 read failed and go on with the others; `error` clears once a list or watch works again. Each informer runs
@@ -47,8 +49,8 @@ WATCH_SECONDS = 240
 RELIST_SECONDS = 600.0
 RETRY_MAX_SECONDS = 30.0  # a refusal (403, a missing kind): nothing changes until somebody acts
 # The API server unreachable or overloaded: tried again at most this far apart, so the copy is current again
-# within seconds of its return (what changed meanwhile is only seen by the re-list: a pod evicted and gone in
-# the gap leaves no last state behind, seen in chaos as evictions read `unknown-failure`).
+# within seconds of its return (the watch resumes from its place; if that place expired meanwhile, only the
+# re-list sees what changed, and a pod evicted and gone in the gap then leaves no last state behind).
 UNAVAILABLE_RETRY_MAX_SECONDS = 3.0
 
 
@@ -203,7 +205,8 @@ class Informer:
                     return
                 self.error = str(exc)
                 logger.info("informer %s: %s (again in %.0f s)", self.name, exc, wait)
-                self._version = ""
+                # The place is kept: the next watch resumes from it (a re-list would report a pod gone
+                # meanwhile in its last state seen, e.g. Running without the eviction's DisruptionTarget).
                 self._stop.wait(wait)
                 cap = (
                     UNAVAILABLE_RETRY_MAX_SECONDS
@@ -216,7 +219,7 @@ class Informer:
                     return
                 self.error = f"{self.name}: {type(exc).__name__}: {exc}"
                 logger.exception("informer %s", self.name)
-                self._version = ""
+                self._version = ""  # the copy may be half-updated by the event that failed: list afresh
                 self._stop.wait(wait)
                 wait = min(wait * 2, RETRY_MAX_SECONDS)
 

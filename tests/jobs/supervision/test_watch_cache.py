@@ -4,6 +4,7 @@
   execution it touched;
 - a finished execution leaves the cache, and a namespace without active executions is no longer watched;
 - a pod evicted while its job is being started still reads evicted;
+- a pod evicted while the API server cannot be reached still reads evicted (the watches resume);
 - a job started while the supervisor waits is followed before its next period;
 - a TrainJob the watch has not delivered yet is not taken for one deleted outside dispatch.
 """
@@ -11,15 +12,19 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
+import yaml
 from django.contrib.auth.models import User
 
 from cluster import gateway
 from cluster import kueue as cluster_kueue
 from jobs.models import Execution, Job, JobState, PodTombstone
 from jobs.supervision.cache import CacheSource
+from scripts.chaoslib.proxy import Proxy
 from tests.jobs.supervision.support import _evict, _post, api, pods_of, running_pods, wait_job, watching
 from tests.support.dispatch import wait_for
 
@@ -162,6 +167,99 @@ def test_a_pod_evicted_before_its_start_was_recorded_still_reads_evicted(
     )
     assert execution.rank == int(victim.metadata.labels["batch.kubernetes.io/job-completion-index"])
     assert any("EvictionByEvictionAPI" in str(e["value"]) for e in execution.evidence)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rank_evicted_while_the_api_server_is_unreachable_still_reads_evicted(
+    submitter: tuple[User, str],
+    namespace: str,
+    runtime_on: Any,
+    kube: Any,
+    kubeconfig: str,
+    settings: Any,
+    tmp_path: Path,
+) -> None:
+    """Issue 32: the 200-job chaos run read evictions `unknown-failure` (never retried). dispatch reaches the
+    API server through a TCP proxy (the chaos harness's), and the injected fault is that proxy refusing every
+    connection while a rank is evicted (through the real Eviction API, as admin, straight to the API server)
+    and its pod goes. Before, the informers dropped their place on the outage and listed afresh once it
+    ended: the pod was simply missing, so its tombstone kept its last state seen (Running, no
+    DisruptionTarget), which reads `unknown-failure`. The watches now resume from the last resourceVersion
+    they saw and deliver the eviction's DisruptionTarget and the deletion: the attempt reads `evicted`."""
+    runtime_on(None)
+    direct = yaml.safe_load(Path(kubeconfig).read_text())
+    server = urlparse(direct["clusters"][0]["cluster"]["server"])
+    proxy = Proxy((server.hostname or "127.0.0.1", server.port or 443))
+    proxy.start()
+    direct["clusters"][0]["cluster"]["server"] = f"https://{server.hostname}:{proxy.port}"
+    proxied = tmp_path / "proxied.kubeconfig"
+    proxied.write_text(yaml.safe_dump(direct))
+    settings.KUBECONFIG = str(proxied)  # dispatch's every call (start, watches, reads) goes through the proxy
+    try:
+        job_id = _post(
+            submitter[1], namespace, {"KWOK_STAY_RUNNING": "1"}, recovery_policy={"retry": {"evicted": 0}}
+        )
+        with watching(interval=0.5) as (source, _):
+            wait_job(job_id, lambda j: j.state == JobState.RUNNING, what="running")
+            pods = running_pods(kube, namespace, job_id)
+            wait_for(
+                lambda: (
+                    len(
+                        [
+                            p
+                            for p in source.labelled("Pod", "dispatch.dev", job_id, 1)
+                            if (p.get("status") or {}).get("phase") == "Running"
+                        ]
+                    )
+                    == 2
+                ),
+                timeout=30,
+                what="both ranks Running in the supervisor's copy",
+            )
+            pod_watches = source._informers(namespace, "Pod")
+            assert pod_watches
+            lists = [i.lists for i in pod_watches]
+            proxy.pause()
+            refused, how = proxy.refuses()
+            assert refused, how
+            # The pod watch itself saw the outage (its stream broke, and opening another is refused).
+            wait_for(
+                lambda: all(i.error for i in pod_watches),
+                timeout=30,
+                what="the pod watch failing on the outage",
+            )
+            victim = sorted(pods, key=lambda p: p.metadata.name)[0]
+            _evict(kube, namespace, victim)
+            wait_for(
+                lambda: victim.metadata.uid not in {p.metadata.uid for p in pods_of(kube, namespace, job_id)},
+                timeout=60,
+                what="the evicted pod gone",
+            )
+            # The fault held for the whole eviction: dispatch could see none of it.
+            refused, how = proxy.refuses()
+            assert refused, how
+            assert all(i.error for i in pod_watches)
+            assert Job.objects.get(pk=job_id).state != JobState.FAILED
+            proxy.resume()
+            wait_for(
+                lambda: (
+                    Execution.objects.get(job_id=job_id, attempt=1).state
+                    not in (JobState.PENDING, JobState.QUEUED, JobState.RUNNING, JobState.UNKNOWN)
+                ),
+                timeout=90,
+                what="attempt 1 judged after the outage",
+            )
+            lists_after = [i.lists for i in pod_watches]
+    finally:
+        proxy.pause()
+    execution = Execution.objects.get(job_id=job_id, attempt=1)
+    assert (execution.state, execution.cause) == ("failed", "evicted"), (
+        execution.message,
+        execution.evidence,
+    )
+    assert execution.rank == int(victim.metadata.labels["batch.kubernetes.io/job-completion-index"])
+    assert any("EvictionByEvictionAPI" in str(e["value"]) for e in execution.evidence)
+    assert lists_after == lists  # the pod watch resumed from its place: nothing was listed afresh
 
 
 @pytest.mark.django_db(transaction=True)
