@@ -54,6 +54,15 @@ def kubeconfig_of(cluster: str) -> str:
     return str(path)
 
 
+def has_credentials(cluster: str) -> bool:
+    """Whether dispatch has a kubeconfig of its own for `cluster` (kubeconfig_of finds one)."""
+    try:
+        kubeconfig_of(cluster)
+    except ClusterUnavailable:
+        return False
+    return True
+
+
 def api_client(kubeconfig: str | None = None) -> client.ApiClient:
     """The client for `kubeconfig`, else for the cluster the call path is on (cluster.where)."""
     path = kubeconfig_of(current_cluster()) if kubeconfig is None else kubeconfig

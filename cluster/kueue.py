@@ -41,6 +41,8 @@ PLURALS = {
     "ClusterQueue": "clusterqueues",
     "WorkloadPriorityClass": "workloadpriorityclasses",
     "ResourceFlavor": "resourceflavors",
+    "AdmissionCheck": "admissionchecks",
+    "MultiKueueConfig": "multikueueconfigs",
 }
 
 
@@ -135,6 +137,16 @@ def get_cluster_queue(name: str) -> dict[str, Any] | None:
 def get_priority_class(name: str) -> dict[str, Any] | None:
     """The WorkloadPriorityClass (cluster-scoped: `value`, `description`), or None."""
     return _cluster_scoped("WorkloadPriorityClass", name)
+
+
+def get_admission_check(name: str) -> dict[str, Any] | None:
+    """The AdmissionCheck (cluster-scoped: spec.controllerName, spec.parameters), or None."""
+    return _cluster_scoped("AdmissionCheck", name)
+
+
+def get_multikueue_config(name: str) -> dict[str, Any] | None:
+    """The MultiKueueConfig (cluster-scoped: spec.clusters, the MultiKueueCluster names), or None."""
+    return _cluster_scoped("MultiKueueConfig", name)
 
 
 @dataclass(frozen=True)

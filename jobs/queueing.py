@@ -70,6 +70,33 @@ def choose_queue(spec: JobSpec, default_queues: Mapping[str, str]) -> QueueChoic
 NO_QUEUE: Final = QueueChoice(None, None, None)
 
 
+MULTIKUEUE_CONTROLLER: Final = "kueue.x-k8s.io/multikueue"
+
+
+def admission_check_names(cluster_queue: Mapping[str, Any]) -> list[str]:
+    """The AdmissionChecks a ClusterQueue names: spec.admissionChecks (names) and
+    spec.admissionChecksStrategy.admissionChecks[].name, each once, in order. Pure."""
+    spec = _m(cluster_queue.get("spec"))
+    names = [str(n) for n in _list(spec.get("admissionChecks")) if n]
+    strategy = _list(_m(spec.get("admissionChecksStrategy")).get("admissionChecks"))
+    names += [str(_m(c).get("name") or "") for c in strategy]
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def multikueue_config_name(check: Mapping[str, Any] | None) -> str | None:
+    """The MultiKueueConfig an AdmissionCheck hands its workloads to, when it is MultiKueue's. Pure."""
+    spec = _m((check or {}).get("spec"))
+    params = _m(spec.get("parameters"))
+    if spec.get("controllerName") != MULTIKUEUE_CONTROLLER or params.get("kind") != "MultiKueueConfig":
+        return None
+    return str(params.get("name") or "") or None
+
+
+def multikueue_workers(config: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The MultiKueueCluster names a MultiKueueConfig lists (spec.clusters). Pure."""
+    return tuple(str(c) for c in _list(_m((config or {}).get("spec")).get("clusters")) if c)
+
+
 @dataclass(frozen=True)
 class KueueInputs:
     """What planning knows about Kueue for one job: the choice, the site's allowed classes for the job's
@@ -84,6 +111,10 @@ class KueueInputs:
     local_queue: Mapping[str, Any] | None = None
     cluster_queue: Mapping[str, Any] | None = None
     priority_class: Mapping[str, Any] | None = None  # the WorkloadPriorityClass object
+    # MultiKueue: the worker clusters the queue's ClusterQueue dispatches to (its MultiKueueConfigs), and
+    # those of them dispatch has no credentials for (so it cannot put the job's runtime there).
+    workers: tuple[str, ...] = ()
+    workers_without_credentials: tuple[str, ...] = ()
 
 
 NO_KUEUE: Final = KueueInputs(choice=NO_QUEUE)
@@ -436,6 +467,7 @@ class QueuePlan:
     fits_now: bool | None = None  # None: not known (no queue, or nothing read)
     fit_message: str = ""
     pending_workloads: int | None = None  # the ClusterQueue's status.pendingWorkloads
+    workers: tuple[str, ...] = ()  # MultiKueue: the worker clusters the job may land on
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -449,6 +481,7 @@ class QueuePlan:
             "fits_now": self.fits_now,
             "fit_message": self.fit_message,
             "pending_workloads": self.pending_workloads,
+            "workers": list(self.workers),
         }
 
 
@@ -550,6 +583,13 @@ def queue_plan(
                 fits, message = None, "unknown: the runtime does not exist"
             else:
                 reasons.extend(over_capacity_reasons(kueue.cluster_queue, requests))
+    if kueue.workers_without_credentials:
+        missing = ", ".join(kueue.workers_without_credentials)
+        warnings.append(
+            f"MultiKueue may place the job on worker cluster(s) {missing}, for which dispatch has no "
+            "credentials (WORKER_KUBECONFIG_DIR): it cannot put the job's runtime there, so their Kueue "
+            "refuses the job and it runs on the others"
+        )
     return (
         QueuePlan(
             local_queue=choice.queue,
@@ -562,6 +602,7 @@ def queue_plan(
             fits_now=fits,
             fit_message=message,
             pending_workloads=pending,
+            workers=kueue.workers,
         ),
         reasons,
         warnings,

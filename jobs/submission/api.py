@@ -353,6 +353,12 @@ QueuePlanSerializer = inline_serializer(
         "pending_workloads": serializers.IntegerField(
             allow_null=True, help_text="workloads pending in the ClusterQueue"
         ),
+        "workers": serializers.ListField(
+            child=serializers.CharField(),
+            required=False,
+            help_text="MultiKueue: the worker clusters the job may land on (the MultiKueueConfigs of the "
+            "ClusterQueue's admission checks); empty for a queue on this cluster",
+        ),
     },
     allow_null=True,
     help_text="Kueue (jobs.queueing.QueuePlan): the LocalQueue, ClusterQueue and quota; null when no queue "

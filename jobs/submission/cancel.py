@@ -14,8 +14,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from cluster import gateway, kueue
-from cluster.errors import ClusterError, Conflict, Rejected
+from cluster.errors import ClusterError, ClusterUnavailable, Conflict, Rejected
 from cluster.fence import fence_best_effort
+from cluster.where import on_cluster
 from dispatch_site.audit import audit_record
 from dispatch_site.causes import Cause
 from jobs import enqueue
@@ -159,7 +160,44 @@ def _delete_pass(
     )
     if copy is not None and not _deleting(copy) and (trainjob is None or not owned):
         gateway.delete_namespaced(TRAINING_RUNTIME, job.namespace, name)
-    return [kind for kind, obj in ((TRAINJOB, trainjob), (TRAINING_RUNTIME, copy)) if obj is not None]
+    left = [kind for kind, obj in ((TRAINJOB, trainjob), (TRAINING_RUNTIME, copy)) if obj is not None]
+    if trainjob is None:  # MultiKueue removes the workers' TrainJob once the manager's is gone
+        left += _worker_copies_pass(job, name, unannotated_ok, made)
+    return left
+
+
+def _worker_copies_pass(job: Job, name: str, unannotated_ok: bool, made: str) -> list[str]:
+    """The runtime copies the start put on the MultiKueue workers (jobs.submission.start._copy_to_workers):
+    each is deleted once the worker's TrainJob under `name` is gone (its Trainer refuses to let go of a
+    TrainJob whose runtime went first). What is still there is named with its worker. A worker dispatch
+    cannot reach (lost, or no credentials) is skipped with a log line: its copy stays until someone removes
+    it, and the attempt's end does not wait for a cluster that may never come back."""
+    left: list[str] = []
+    for worker in _workers(job):
+        try:
+            with on_cluster(worker):
+                if gateway.get_namespaced(TRAINJOB, job.namespace, name) is not None:
+                    left.append(f"{TRAINJOB} on {worker}")
+                    continue
+                copy = gateway.get_namespaced(TRAINING_RUNTIME, job.namespace, name)
+                if copy is None or not is_ours(
+                    copy, job.label_domain, job.id, unannotated_ok=unannotated_ok, trainjob_uid=made
+                ):
+                    continue
+                if not _deleting(copy):
+                    gateway.delete_namespaced(TRAINING_RUNTIME, job.namespace, name, uid=_uid(copy))
+                left.append(f"{TRAINING_RUNTIME} on {worker}")
+        except ClusterUnavailable as exc:
+            logger.warning(
+                "leaving the runtime copy %s/%s on worker %s: %s", job.namespace, name, worker, exc
+            )
+    return left
+
+
+def _workers(job: Job) -> list[str]:
+    """The MultiKueue workers the job's plan (as its last start judged it) named."""
+    queue = (job.plan or {}).get("queue") or {}
+    return [str(w) for w in queue.get("workers") or [] if w]
 
 
 def _deleting(obj: dict[str, Any]) -> bool:

@@ -7,10 +7,18 @@ import copy
 from typing import Any
 
 from cluster import gateway, kueue
+from cluster.client import has_credentials
 from dispatch_site import roles
 from jobs.naming import new_job_id
 from jobs.plan import Plan, build_plan
-from jobs.queueing import NO_KUEUE, KueueInputs, choose_queue
+from jobs.queueing import (
+    NO_KUEUE,
+    KueueInputs,
+    admission_check_names,
+    choose_queue,
+    multikueue_config_name,
+    multikueue_workers,
+)
 from jobs.spec import JobSpec
 from runtimes.models import AllowListEntry, SiteSettings
 from runtimes.reasons import AllowListMiss
@@ -37,12 +45,15 @@ def kueue_inputs(*, spec: JobSpec, site: SiteSettings) -> KueueInputs:
         return NO_KUEUE
     allowed = allowed_priority_classes(spec.namespace, site.kueue_priority_classes or {})
     local_queue = cluster_queue = priority_class = None
+    workers: tuple[str, ...] = ()
     try:
         if choice.queue:
             local_queue = kueue.get_local_queue(spec.namespace, choice.queue)
             cq_name = ((local_queue or {}).get("spec") or {}).get("clusterQueue")
             if cq_name:
                 cluster_queue = kueue.get_cluster_queue(str(cq_name))
+            if cluster_queue is not None:
+                workers = _multikueue_workers(cluster_queue)
         if choice.priority_class and choice.priority_class in allowed:
             priority_class = kueue.get_priority_class(choice.priority_class)
     except kueue.KueueNotInstalled:
@@ -53,7 +64,20 @@ def kueue_inputs(*, spec: JobSpec, site: SiteSettings) -> KueueInputs:
         local_queue=local_queue,
         cluster_queue=cluster_queue,
         priority_class=priority_class,
+        workers=workers,
+        workers_without_credentials=tuple(w for w in workers if not has_credentials(w)),
     )
+
+
+def _multikueue_workers(cluster_queue: dict[str, Any]) -> tuple[str, ...]:
+    """The worker clusters a ClusterQueue's MultiKueue admission checks dispatch to (one read per check the
+    ClusterQueue names, and one per MultiKueueConfig; none for a ClusterQueue without checks)."""
+    workers: list[str] = []
+    for name in admission_check_names(cluster_queue):
+        config = multikueue_config_name(kueue.get_admission_check(name))
+        if config:
+            workers += multikueue_workers(kueue.get_multikueue_config(config))
+    return tuple(dict.fromkeys(workers))
 
 
 def job_plan(

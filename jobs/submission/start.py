@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from contextlib import suppress
 from datetime import datetime
 from functools import cache
@@ -14,8 +15,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from cluster import gateway
+from cluster.client import has_credentials
 from cluster.errors import ClusterError, NotFound, Rejected
 from cluster.fence import fence_best_effort
+from cluster.where import on_cluster
 from dispatch_site import sql
 from dispatch_site.audit import audit_record
 from dispatch_site.causes import Cause
@@ -90,6 +93,7 @@ def execution_submit(*, execution_id: int, holder: str | None = None, retry_in: 
         copy = create_or_adopt(
             TRAINING_RUNTIME, plan.training_runtime, label_domain, job.id, before_create=fence, made=made
         )
+        _copy_to_workers(plan, label_domain, job.id, fence)
         try:
             trainjob = create_trainjob_on_copy(
                 plan.train_job, label_domain, job.id, before_create=fence, made=made
@@ -165,6 +169,22 @@ def execution_submit(*, execution_id: int, holder: str | None = None, retry_in: 
         # Cancelled while we were creating (its delete may have run before our create), or our lease ran out
         # and the execution moved on: settle what we made.
         _claim_lost(execution.pk, holder, token, made)
+
+
+def _copy_to_workers(plan: Plan, label_domain: str, job_id: str, fence: Callable[[], None]) -> None:
+    """MultiKueue copies only the TrainJob to the worker it picks: the runtime copy it names must be there
+    already, or the worker's Kueue refuses the TrainJob. So the copy goes to every worker of the queue that
+    dispatch has credentials for (the plan warned of the others), before the TrainJob exists. Fenced like
+    every create; an unreachable worker is a transient error (the start is retried). The copies are removed
+    with the attempt's objects (jobs.submission.cancel)."""
+    assert plan.training_runtime is not None
+    for worker in plan.queue.workers if plan.queue is not None else ():
+        if not has_credentials(worker):
+            continue
+        with on_cluster(worker):
+            create_or_adopt(
+                TRAINING_RUNTIME, plan.training_runtime, label_domain, job_id, before_create=fence
+            )
 
 
 @cache

@@ -1,0 +1,118 @@
+"""dispatch on MultiKueue (issue 35), the user's way, on the real planes (`scripts/cluster up --multikueue`:
+this session's plane is the manager, worker-1 and worker-2 behind it; the fixtures of
+tests/scripts/test_multikueue_planes.py start them once per session).
+
+A job on the LocalQueue `default/multi` is planned with the workers its queue dispatches to, read from the
+ClusterQueue's MultiKueue AdmissionCheck and its MultiKueueConfig. MultiKueue copies only the TrainJob to the
+worker it picks; the runtime copy that TrainJob names must already be there, or the worker's Kueue refuses the
+TrainJob (docs/local-plane.md). dispatch therefore puts the copy on every worker before it creates the
+TrainJob, and removes the copies once the attempt's TrainJob is gone on the manager and the worker. What
+happened on the workers is read with the tests' own clients of each plane, never through dispatch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from dispatch_site import roles
+from dispatch_site.services import user_create
+from jobs.models import Execution
+from jobs.submission.cancel import execution_delete
+from jobs.submission.errors import TransientSubmitError
+from tests.scripts.test_multikueue_planes import (  # noqa: F401 (fixtures)
+    NAMESPACE,
+    QUEUE,
+    STATE,
+    WORKERS,
+    dispatched_to,
+    manager,
+    multikueue_planes,
+    trainjob_or_none,
+)
+from tests.support.cluster import Kube
+from tests.support.dispatch import api_as, get_job, submit_job
+from tests.support.kueue import RUNTIME, TRAINER, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("dispatch_kind_allowed")]
+
+
+def _copy_on(kube: Kube, name: str) -> dict[str, Any] | None:
+    try:
+        found: dict[str, Any] = kube.custom.get_namespaced_custom_object(
+            *TRAINER, NAMESPACE, "trainingruntimes", name
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return found
+
+
+def _running_pods(kube: Kube, trainjob: str) -> list[Any]:
+    pods = kube.core.list_namespaced_pod(
+        NAMESPACE, label_selector=f"jobset.sigs.k8s.io/jobset-name={trainjob}"
+    )
+    return [p for p in pods.items if p.status.phase == "Running"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_on_a_multikueue_queue_runs_on_a_worker_with_its_runtime_copy_and_leaves_none_behind(
+    manager: Kube,  # noqa: F811
+    multikueue_planes: dict[str, Kube],  # noqa: F811
+    dispatch_on_cluster: str,
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    settings.WORKER_KUBECONFIG_DIR = str(STATE / "workers")  # what `make up` picks up by itself
+    _, token = user_create(username="mk-user", role=roles.USER, namespaces=[NAMESPACE], password="pw")
+    body = {
+        "runtime": {"kind": "ClusterTrainingRuntime", "name": RUNTIME},
+        "namespace": NAMESPACE,
+        "image": "localhost/trainer:v1",
+        "num_nodes": 2,
+        "queue_name": QUEUE,
+        "env": {"KWOK_STAY_RUNNING": "1"},
+    }
+    planned = api_as(token).post("/api/v1/plan", body, format="json")
+    assert planned.status_code == 200, planned.content
+    plan = planned.json()
+    assert not plan["refused"], plan["reasons"]
+    assert plan["queue"]["workers"] == list(WORKERS), plan["queue"]
+    assert not [w for w in plan["warnings"] if "no credentials" in w], plan["warnings"]
+
+    job_id = submit_job(token, body, django_capture_on_commit_callbacks)
+    name = f"{job_id}-1"
+    # The copy is on every worker before MultiKueue picks one, with dispatch's labels.
+    for worker, kube in multikueue_planes.items():
+        copy = _copy_on(kube, name)
+        assert copy is not None, f"no runtime copy {NAMESPACE}/{name} on {worker}"
+        assert copy["metadata"]["labels"].get("dispatch.dev/job") == job_id, copy["metadata"]
+    trainjob = trainjob_or_none(manager, name)
+    assert trainjob is not None
+    worker = dispatched_to(manager, trainjob)
+    assert worker in WORKERS
+    on_worker = multikueue_planes[worker]
+    pods = wait_for(f"the job's pods running on {worker}", lambda: len(_running_pods(on_worker, name)) == 2)
+    assert pods
+    assert _running_pods(manager, name) == []  # nothing runs on the manager
+
+    # Cancelled: the manager's TrainJob goes, MultiKueue takes the worker's, and dispatch the copies.
+    with django_capture_on_commit_callbacks(execute=False):
+        response = api_as(token).post(f"/api/v1/jobs/{job_id}/cancel")
+    assert response.status_code == 202, response.content
+    execution = Execution.objects.get(job_id=job_id, attempt=1)
+
+    def cleaned() -> bool:
+        try:
+            execution_delete(execution_id=execution.pk)
+        except TransientSubmitError:
+            return False
+        return all(_copy_on(kube, name) is None for kube in multikueue_planes.values())
+
+    wait_for("the attempt's objects gone on the manager and both workers", cleaned, timeout=180)
+    assert trainjob_or_none(manager, name) is None
+    assert all(trainjob_or_none(kube, name) is None for kube in multikueue_planes.values())
+    assert get_job(token, job_id)["state"] == "cancelled"
