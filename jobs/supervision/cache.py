@@ -34,8 +34,9 @@ from cluster import gateway, kueue
 from cluster.informer import DELETED, Informer, uid_of
 from jobs.models import Execution, JobState, PodTombstone
 from jobs.supervision.apply import SUPERVISED
-from jobs.supervision.cycle import LABELLED, Observation, is_dispatch_event
+from jobs.supervision.cycle import Observation, domain_of
 from jobs.supervision.grouping import EVENT, POD, WORKLOAD, involved, label_key, owner_uids
+from jobs.supervision.reads import LABELLED, is_dispatch_event, read_workers
 from jobs.supervision.status import DerivedStatus
 from jobs.supervision.trim import (
     TRIMS,
@@ -172,7 +173,17 @@ class CacheSource:
                     errors.setdefault(namespace, {})[kind] = informer.error
                 elif not informer.synced.is_set():
                     waiting.add(namespace)
-        return Observation(source=self, read_at=read_at, errors=errors, waiting=waiting)
+        # MultiKueue: the executions admitted to a worker are read there by list calls each cycle (no worker
+        # informers yet), as the beat's cycle reads them.
+        workers, worker_errors = read_workers(executions, domain_of=lambda e: domain_of(e, self._site_domain))
+        return Observation(
+            source=self,
+            read_at=read_at,
+            errors=errors,
+            waiting=waiting,
+            workers=workers,
+            worker_errors=worker_errors,
+        )
 
     def flush(self) -> None:
         """Write the tombstones the watches collected (before a cycle reads them)."""

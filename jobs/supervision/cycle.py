@@ -37,12 +37,10 @@ from django.db import connection
 from django.db.models import F, Q
 from django.utils import timezone
 
-from cluster import gateway, kueue
+from cluster import gateway
 from cluster.errors import ClusterError
 from dispatch_site import metrics
-from jobs.evidence import from_its_reporter
 from jobs.models import Execution, PodTombstone, SupervisorCycle
-from jobs.naming import trainjob_name_prefix
 from jobs.supervision.apply import (
     SUPERVISED,
     _digest,
@@ -68,6 +66,7 @@ from jobs.supervision.grouping import (
 from jobs.supervision.grouping import uid as object_uid
 from jobs.supervision.kueue import deactivate_evicted, queue_positions
 from jobs.supervision.nodes import nodes_for, read_nodes
+from jobs.supervision.reads import read_namespace, read_workers, worker_failures
 from jobs.supervision.status import TRAINJOB_GONE, Context, DerivedStatus, condense_pod, derive
 from jobs.waits import Thresholds
 from runtimes.models import SiteSettings
@@ -78,12 +77,6 @@ __all__ = ["CycleReport", "ListSource", "Observation", "Watched", "derive_all", 
 
 # Kinds without which an execution cannot be judged (its state would be made up): it goes `unknown`.
 REQUIRED_READS = (TRAINJOB, JOBSET, JOB, POD)
-LABELLED = {
-    TRAINJOB: gateway.TRAINJOBS,
-    JOBSET: gateway.JOBSETS,
-    JOB: gateway.JOBS,
-    POD: gateway.PODS,
-}
 
 
 def holder() -> str:
@@ -195,6 +188,10 @@ class Observation:
     read_at: datetime  # the reads began no earlier than this (an older observation never overwrites it)
     errors: dict[str, dict[str, str]] = field(default_factory=dict)  # namespace -> kind -> what failed
     waiting: set[str] = field(default_factory=set)  # namespaces not read yet (informers still listing)
+    # MultiKueue: what each worker holds for the executions admitted there, and the reads that failed on a
+    # worker, per (worker, namespace) (jobs.supervision.workers).
+    workers: dict[str, ObjectSource] = field(default_factory=dict)
+    worker_errors: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
 
 
 class Source(Protocol):
@@ -252,57 +249,20 @@ class ListSource:
             if failed:
                 errors[namespace] = failed
         every_domain = {d for wanted in domains.values() for d in wanted}
-        return Observation(source=StaticIndex(objects, every_domain), read_at=read_at, errors=errors)
+        workers, worker_errors = read_workers(executions, domain_of=lambda e: domain_of(e, self._site_domain))
+        return Observation(
+            source=StaticIndex(objects, every_domain),
+            read_at=read_at,
+            errors=errors,
+            workers=workers,
+            worker_errors=worker_errors,
+        )
 
     def flush(self) -> None:
         return None
 
     def derived(self, execution: Execution, status: DerivedStatus | None, supervised: bool) -> None:
         return None
-
-
-def read_namespace(namespace: str, domains: Sequence[str]) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """One namespace's supervised objects by list calls: each labelled kind per label domain, and the Events
-    about dispatch's objects (every Event of the namespace is read; only those are kept). A failed read is
-    named, and the others still count."""
-    objects: list[dict[str, Any]] = []
-    errors: dict[str, str] = {}
-    for kind, resource in LABELLED.items():
-        seen: set[str] = set()
-        for domain in domains:
-            try:
-                listed = gateway.list_objects(resource, namespace, label_selector=f"{domain}/job")
-            except ClusterError as exc:
-                errors[kind] = str(exc)
-                break
-            for item in listed.items:
-                uid = str((item.get("metadata") or {}).get("uid") or "")
-                if uid not in seen:
-                    seen.add(uid)
-                    objects.append(item)
-    try:
-        events = gateway.list_objects(gateway.EVENTS, namespace).items
-    except ClusterError as exc:
-        errors[EVENT] = str(exc)
-    else:
-        objects.extend(e for e in events if is_dispatch_event(e))
-    # Kueue's Workloads: one more list per namespace (none for a while once the group is found not served).
-    # They carry no dispatch label; grouping counts one only when the job's TrainJob owns it.
-    try:
-        workloads = kueue.list_workloads(namespace)
-    except ClusterError as exc:
-        errors[WORKLOAD] = str(exc)
-    else:
-        objects.extend(workloads or ())
-    return objects, errors
-
-
-def is_dispatch_event(event: Mapping[str, Any]) -> bool:
-    """An Event about an object named like one of dispatch's (a TrainJob name, or a child's that starts
-    with one), and, when its reason is evidence, from the controller that writes it (jobs.evidence): the rest
-    of a namespace's Events are not kept."""
-    ref = event.get("involvedObject") or event.get("regarding") or {}
-    return trainjob_name_prefix(str(ref.get("name", ""))) is not None and from_its_reporter(event)
 
 
 # ---------------------------------------------------------------- the cycle
@@ -379,6 +339,7 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
             continue
         failed = observation.errors.get(namespace, {})
         required = [failed[kind] for kind in REQUIRED_READS if kind in failed]
+        required += worker_failures(execution, observation.worker_errors)
         if required:
             if keeper.lost.is_set():
                 return
@@ -397,12 +358,18 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
             domain=domain_of(e, site_domain),
             ran=e.started_at is not None,
             trainjob_uid=e.trainjob_uid,
+            cluster=e.cluster,
         )
         for e in judged
     ]
     phase("unknown")
     with _no_cyclic_gc():
-        groups = {w.key: owned_objects(observation.source, w) for w in watched}
+        groups = {
+            w.key: owned_objects(
+                observation.source, w, worker=observation.workers.get(w.cluster) if w.cluster else None
+            )
+            for w in watched
+        }
     phase("group")
     # The tombstones after the copy was read: a pod missing from it was already kept as one (the watch
     # records the tombstone before the pod leaves its copy).
@@ -561,20 +528,23 @@ def derive_all(
     with _no_cyclic_gc():
         groups = {w.key: owned_objects(source, w, also_about=_uids(dead.get(w.key, []))) for w in watched}
     by_name = {str((n.get("metadata") or {}).get("name", "")): dict(n) for n in nodes}
-    return derive_grouped(groups, watched, nodes=by_name, now=now, thresholds=thresholds, tombstones=dead)
+    return derive_grouped(
+        groups, watched, nodes={"": by_name}, now=now, thresholds=thresholds, tombstones=dead
+    )
 
 
 def derive_grouped(
     groups: Mapping[tuple[str, int], Grouped],
     watched: list[Watched],
     *,
-    nodes: Mapping[str, Mapping[str, Any]],
+    nodes: Mapping[str, Mapping[str, Mapping[str, Any]]],
     now: datetime,
     thresholds: Thresholds,
     tombstones: Mapping[tuple[str, int], Sequence[Mapping[str, Any]]],
     unread_nodes: frozenset[str] = frozenset(),
 ) -> dict[tuple[str, int], DerivedStatus]:
-    """Each execution's status from its grouped objects. Pure; linear in the objects.
+    """Each execution's status from its grouped objects (`nodes`: by cluster, "" here, then by name: a pod on
+    a MultiKueue worker ran on that worker's node). Pure; linear in the objects.
 
     The cyclic garbage collector is paused meanwhile: the derivation allocates many small objects (and
     makes no reference cycles), and each collection it would trigger walks every object the cycle read, so
@@ -584,7 +554,7 @@ def derive_grouped(
         for item in watched:
             grouped = groups[item.key]
             memory = _with_tombstones(item, tombstones.get(item.key, ()), grouped)
-            objects = grouped.objects + nodes_for(grouped.objects, memory, nodes)
+            objects = grouped.objects + nodes_for(grouped.objects, memory, nodes.get(item.cluster, {}))
             ctx = Context(
                 now=now,
                 label_domain=item.domain,

@@ -40,6 +40,7 @@ class Watched:
     domain: str = "dispatch.dev"  # the label domain stored with the job
     ran: bool = False  # seen running before (Execution.started_at)
     trainjob_uid: str = ""  # the TrainJob's UID the start recorded ("" on rows from before: name and label)
+    cluster: str = ""  # the MultiKueue worker its Workload was admitted to (Execution.cluster); "" here
 
 
 class ObjectSource(Protocol):
@@ -118,9 +119,28 @@ class Grouped:
         return list(self.strangers)
 
 
-def owned_objects(source: ObjectSource, item: Watched, also_about: Iterable[str] = ()) -> Grouped:
+PREBUILT_WORKLOAD = "kueue.x-k8s.io/prebuilt-workload-name"  # MultiKueue's mark on a worker's TrainJob copy
+
+
+def worker_copy(worker: ObjectSource, item: Watched, workloads: Iterable[Obj]) -> Obj | None:
+    """The worker's copy of the execution's TrainJob: same namespace and name, the job's label, and
+    MultiKueue's prebuilt-workload annotation naming the manager's Workload that the execution's TrainJob
+    owns (a stranger can copy the labels, but not make the manager's Workload its own)."""
+    names = {str(meta(w).get("name") or "") for w in workloads} - {""}
+    for copy in worker.named(TRAINJOB, item.namespace, item.trainjob_name):
+        marks = meta(copy).get("annotations") or {}
+        if labels(copy).get(f"{item.domain}/job") == item.key[0] and marks.get(PREBUILT_WORKLOAD) in names:
+            return copy
+    return None
+
+
+def owned_objects(
+    source: ObjectSource, item: Watched, also_about: Iterable[str] = (), worker: ObjectSource | None = None
+) -> Grouped:
     """The execution's objects through its owner chain, the events about them (and about the pods in
-    `also_about`: tombstones), and the strangers."""
+    `also_about`: tombstones), and the strangers. Under MultiKueue (`worker`: what was read on the worker its
+    Workload names) the TrainJob and its Workload are the manager's, and the JobSet, Jobs, pods and their
+    Events the worker's, owned by the worker's copy of the TrainJob (worker_copy)."""
     job_id, attempt = item.key
     ns = item.namespace
     grouped = Grouped()
@@ -132,27 +152,39 @@ def owned_objects(source: ObjectSource, item: Watched, also_about: Iterable[str]
         and (not item.trainjob_uid or uid(t) == item.trainjob_uid)
     ]
     trainjob = trainjobs[0] if trainjobs else None
+    runs = source  # where the TrainJob's JobSet, Jobs and pods are
+    root = trainjob
+    copy_uid = ""
     if trainjob is not None:
         chain.append(trainjob)
         chain.extend(w for w in source.owned_by(WORKLOAD, ns, uid(trainjob)) if _owned(w, trainjob, TRAINJOB))
-        jobsets = [j for j in source.owned_by(JOBSET, ns, uid(trainjob)) if _owned(j, trainjob, TRAINJOB)]
+        if worker is not None:
+            runs = worker
+            root = worker_copy(worker, item, [o for o in chain if o.get("kind") == WORKLOAD])
+            copy_uid = uid(root) if root is not None else ""
+    if root is not None:
+        jobsets = [j for j in runs.owned_by(JOBSET, ns, uid(root)) if _owned(j, root, TRAINJOB)]
         for jobset in jobsets:
             chain.append(jobset)
-            for job in source.owned_by(JOB, ns, uid(jobset)):
+            for job in runs.owned_by(JOB, ns, uid(jobset)):
                 if not _owned(job, jobset, JOBSET):
                     continue
                 chain.append(job)
                 grouped.job_uids.add(uid(job))
-                chain.extend(p for p in source.owned_by(POD, ns, uid(job)) if _owned(p, job, JOB))
+                chain.extend(p for p in runs.owned_by(POD, ns, uid(job)) if _owned(p, job, JOB))
     members = {uid(o) for o in chain}
     objects = grouped.objects = list(chain)
     # Events: about an object of the chain, or a pod the memory holds (gone now, its events stay an hour).
-    # An Event is about one object, so no Event comes twice.
-    for object_uid in members.union(item.memory, also_about):
-        if object_uid:
-            objects.extend(source.events_about(ns, object_uid))
-    # An event without the object's UID (rare: some recorders leave it out), by the TrainJob-name prefix.
-    objects.extend(source.events_named(ns, item.trainjob_name))
+    # An Event is about one object, so no Event comes twice (the manager's and a worker's are different
+    # objects).
+    readers = [source] if runs is source else [source, runs]
+    for reader in readers:
+        for object_uid in members.union(item.memory, also_about):
+            if object_uid:
+                objects.extend(reader.events_about(ns, object_uid))
+        # An event without the object's UID (rare: some recorders leave it out), by the TrainJob-name prefix.
+        objects.extend(reader.events_named(ns, item.trainjob_name))
+    members.add(copy_uid)
     # A disrupted pod gone before any cycle read it: its Job's failure names it (a FailJob rule on
     # DisruptionTarget), and its events (who took it, which node it ran on) are found by that name.
     remembered = {str(p.get("name") or "") for p in item.memory.values()}
@@ -165,13 +197,13 @@ def owned_objects(source: ObjectSource, item: Watched, also_about: Iterable[str]
             continue
         if have is None:
             have = {uid(o) for o in objects if o.get("kind") == EVENT}
-        for event in source.events_of_pod(ns, pod_name):
+        for event in runs.events_of_pod(ns, pod_name):
             if uid(event) not in have:
                 have.add(uid(event))
                 objects.append(event)
     # Strangers: the job's labels on an object outside the chain (any namespace the cycle read).
-    for kind in LABELLED_KINDS:
-        for obj in source.labelled(kind, item.domain, job_id, attempt):
+    for kind, reader in ((k, r) for r in readers for k in LABELLED_KINDS):
+        for obj in reader.labelled(kind, item.domain, job_id, attempt):
             if uid(obj) in members:
                 continue
             where = f"{kind} {meta(obj).get('namespace', '')}/{meta(obj).get('name', '')}"

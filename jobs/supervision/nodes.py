@@ -8,6 +8,7 @@ from typing import Any
 
 from cluster import gateway
 from cluster.errors import ClusterError, NotFound
+from cluster.where import on_cluster
 from jobs.supervision.grouping import Grouped, Watched
 from jobs.supervision.status import disrupted_pods_named, event_view, scheduled_node
 
@@ -57,30 +58,42 @@ def read_nodes(
     groups: Mapping[tuple[str, int], Grouped],
     watched: Sequence[Watched],
     dead: Mapping[tuple[str, int], Sequence[Any]],
-) -> tuple[dict[str, dict[str, Any]], frozenset[str], dict[tuple[str, int], list[dict[str, Any]]]]:
-    """Nodes by name, as the pods need them (get by name, cached briefly); those that could not be read."""
+) -> tuple[dict[str, dict[str, dict[str, Any]]], frozenset[str], dict[tuple[str, int], list[dict[str, Any]]]]:
+    """Nodes by cluster ("" here; a MultiKueue worker's pods ran on its own nodes) and name, as the pods need
+    them (get by name); the names that could not be read, and per execution the warnings naming them."""
     wanted = {w.key: needs_nodes(groups[w.key].objects, w.memory, dead.get(w.key, [])) for w in watched}
-    nodes: dict[str, dict[str, Any]] = {}
-    unread: dict[str, str] = {}
-    for name in sorted(set().union(*wanted.values()) if wanted else set()):
-        try:
-            node = gateway.get_node(name)
-        except NotFound:
-            continue
-        except ClusterError as exc:
-            unread[name] = str(exc)
-            continue
-        if node is not None:
-            nodes[name] = node
+    clusters = {w.key: w.cluster for w in watched}
+    per_cluster: dict[str, set[str]] = {}
+    for key, names in wanted.items():
+        per_cluster.setdefault(clusters[key], set()).update(names)
+    nodes: dict[str, dict[str, dict[str, Any]]] = {}
+    unread: dict[tuple[str, str], str] = {}
+    for cluster, names in sorted(per_cluster.items()):
+        with on_cluster(cluster):
+            for name in sorted(names):
+                try:
+                    node = gateway.get_node(name)
+                except NotFound:
+                    continue
+                except ClusterError as exc:
+                    unread[(cluster, name)] = str(exc)
+                    continue
+                if node is not None:
+                    nodes.setdefault(cluster, {})[name] = node
     errors = {
         key: [
-            {"kind": "read", "object": f"Node {n}", "message": f"{unread[n]}: not judged for node loss"}
-            for n in sorted(names & set(unread))
+            {
+                "kind": "read",
+                "object": f"Node {n}",
+                "message": f"{unread[(clusters[key], n)]}: not judged for node loss",
+            }
+            for n in sorted(names)
+            if (clusters[key], n) in unread
         ]
         for key, names in wanted.items()
-        if names & set(unread)
+        if any((clusters[key], n) in unread for n in names)
     }
-    return nodes, frozenset(unread), errors
+    return nodes, frozenset(name for _, name in unread), errors
 
 
 # ---------------------------------------------------------------- the derivation (pure)

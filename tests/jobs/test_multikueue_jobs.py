@@ -22,6 +22,7 @@ from dispatch_site.services import user_create
 from jobs.models import Execution
 from jobs.submission.cancel import execution_delete
 from jobs.submission.errors import TransientSubmitError
+from jobs.supervision import cycle
 from tests.scripts.test_multikueue_planes import (  # noqa: F401 (fixtures)
     NAMESPACE,
     QUEUE,
@@ -98,6 +99,18 @@ def test_a_job_on_a_multikueue_queue_runs_on_a_worker_with_its_runtime_copy_and_
     pods = wait_for(f"the job's pods running on {worker}", lambda: len(_running_pods(on_worker, name)) == 2)
     assert pods
     assert _running_pods(manager, name) == []  # nothing runs on the manager
+
+    # Supervision (the beat's cycle) reads the pods where they run: the job is running on that worker, its
+    # rank pods seen, and the execution names the worker.
+    def supervised_running() -> dict[str, Any] | None:
+        cycle.supervise()
+        data = get_job(token, job_id)
+        return data if data["state"] == "running" else None
+
+    data = wait_for("the job running, as supervision reads the worker", supervised_running, timeout=90)
+    assert data["executions"][0]["cluster"] == worker, data["executions"]
+    seen = Execution.objects.get(job_id=job_id, attempt=1).pods_seen
+    assert {p["name"] for p in seen.values()} == {p.metadata.name for p in _running_pods(on_worker, name)}
 
     # Cancelled: the manager's TrainJob goes, MultiKueue takes the worker's, and dispatch the copies.
     with django_capture_on_commit_callbacks(execute=False):
