@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from cluster import logs as cluster_logs
 from cluster.errors import ClusterError
+from cluster.where import on_cluster
 from jobs.models import Execution, Job
 
 logger = logging.getLogger(__name__)
@@ -103,29 +104,32 @@ def execution_log_keep(*, job: Job, execution: Execution) -> bool:
     if execution.rank is None or execution.log_tail:
         return "text" in (execution.log_tail or {})
     try:
-        pods = chain_pods(
-            cluster_logs.list_pods(job.namespace, pod_selector(job, execution.attempt)), execution
-        )
-        found = rank_pod(
-            pods, rank=execution.rank, restart_attempt=None, replaced=bool(job.identity_warnings)
-        )
-        pod = found.pod
-        if pod is None or CONTAINER not in pod.containers:
-            why = (
-                claims_message(found, job=job, attempt=execution.attempt, rank=execution.rank)
-                if found.claims
-                else "no pod of the rank was left to read"
-            )
-            missing = {"rank": execution.rank, "missing": why}
-            Execution.objects.filter(pk=execution.pk, log_tail={}).update(log_tail=missing)
-            execution.log_tail = missing
-            return False
-        log = cluster_logs.read_log(
-            job.namespace, pod.name, CONTAINER, tail_lines=KEPT_LINES, limit_bytes=KEPT_BYTES
-        )
+        with on_cluster(execution.cluster):  # a MultiKueue attempt's pods are on its worker
+            return _keep(job, execution)
     except ClusterError as exc:
         logger.info("the log of %s/%s rank %s was not kept: %s", job.namespace, job.id, execution.rank, exc)
         return False
+
+
+def _keep(job: Job, execution: Execution) -> bool:
+    """execution_log_keep's reads and write, on the cluster the call path is on."""
+    assert execution.rank is not None
+    pods = chain_pods(cluster_logs.list_pods(job.namespace, pod_selector(job, execution.attempt)), execution)
+    found = rank_pod(pods, rank=execution.rank, restart_attempt=None, replaced=bool(job.identity_warnings))
+    pod = found.pod
+    if pod is None or CONTAINER not in pod.containers:
+        why = (
+            claims_message(found, job=job, attempt=execution.attempt, rank=execution.rank)
+            if found.claims
+            else "no pod of the rank was left to read"
+        )
+        missing = {"rank": execution.rank, "missing": why}
+        Execution.objects.filter(pk=execution.pk, log_tail={}).update(log_tail=missing)
+        execution.log_tail = missing
+        return False
+    log = cluster_logs.read_log(
+        job.namespace, pod.name, CONTAINER, tail_lines=KEPT_LINES, limit_bytes=KEPT_BYTES
+    )
     kept: dict[str, Any] = {
         "rank": execution.rank,
         "pod": pod.name,

@@ -27,6 +27,7 @@ from rest_framework.views import APIView
 
 from cluster import logs as cluster_logs
 from cluster.errors import ClusterError, NotFound, Rejected
+from cluster.where import on_cluster
 from dispatch_site.api import DetailSerializer, StrictSerializer
 from dispatch_site.audit import audit_record_unless_recent
 from dispatch_site.longrequests import released_after, take_slot
@@ -95,6 +96,11 @@ def _find_pod(
     return pod
 
 
+def attempt_cluster(job: Job, attempt: int) -> str:
+    """Where the attempt's pods run: the MultiKueue worker its Workload was admitted to, "" here."""
+    return job.executions.filter(attempt=attempt).values_list("cluster", flat=True).first() or ""
+
+
 def read_rank_log(
     job: Job,
     *,
@@ -106,10 +112,13 @@ def read_rank_log(
     limit_bytes: int = PAGE_BYTES,
 ) -> RankLog:
     try:
-        pod = _find_pod(job, attempt=attempt, rank=rank, container=container, restart_attempt=restart_attempt)
-        log = cluster_logs.read_log(
-            job.namespace, pod.name, container, tail_lines=tail, limit_bytes=limit_bytes
-        )
+        with on_cluster(attempt_cluster(job, attempt)):
+            pod = _find_pod(
+                job, attempt=attempt, rank=rank, container=container, restart_attempt=restart_attempt
+            )
+            log = cluster_logs.read_log(
+                job.namespace, pod.name, container, tail_lines=tail, limit_bytes=limit_bytes
+            )
     except (LogNotFound, NotFound, Rejected) as exc:
         # No pod (its TrainJob was deleted), the pod went between the list and the read, or its container
         # never started (no log yet): the log kept at the delete, if any.
@@ -183,39 +192,10 @@ class JobLogsApi(APIView):
             rank = job.failing_rank if job.failing_rank is not None else 0
         container = params["container"]
         try:
-            pod = _find_pod(
-                job,
-                attempt=attempt,
-                rank=rank,
-                container=container,
-                restart_attempt=params.get("restart_attempt"),
-            )
-            if params["follow"] and pod.phase in ("Pending", "Running"):
-                slot = take_slot(request.user)  # 429 / 503 with Retry-After: long requests are capped
-                try:
-                    chunks = cluster_logs.follow_log(
-                        job.namespace,
-                        pod.name,
-                        container,
-                        tail_lines=params["tail"],
-                        limit_bytes=MAX_BYTES,
-                        max_seconds=FOLLOW_SECONDS,
-                    )
-                except BaseException:
-                    slot.release()
-                    raise
-                streaming = StreamingHttpResponse(
-                    released_after(chunks, slot), content_type="text/plain; charset=utf-8"
+            with on_cluster(attempt_cluster(job, attempt)):  # a MultiKueue job's pods are on its worker
+                return self._read(
+                    request, job, attempt=attempt, rank=rank, container=container, params=params
                 )
-                streaming["X-Accel-Buffering"] = "no"
-                _headers(streaming, pod, attempt)
-                log_read_record(
-                    user=request.user, job=job, attempt=attempt, rank=rank, container=container, via="api"
-                )
-                return streaming
-            log = cluster_logs.read_log(
-                job.namespace, pod.name, container, tail_lines=params["tail"], limit_bytes=MAX_BYTES
-            )
         except (LogNotFound, NotFound, Rejected) as exc:
             kept = kept_log(job, attempt=attempt, rank=rank, container=container, tail=params["tail"])
             if kept is not None:
@@ -240,6 +220,45 @@ class JobLogsApi(APIView):
                 {"detail": f"Kubernetes is unavailable, the log could not be read: {exc}"},
                 status=status.HTTP_503_SERVICE_UNAVAILABLE,
             )
+
+    def _read(
+        self, request: Request, job: Job, *, attempt: int, rank: int, container: str, params: dict[str, Any]
+    ) -> Any:
+        """Find the rank's pod and read (or follow) its log, on the cluster the call path is on."""
+        pod = _find_pod(
+            job,
+            attempt=attempt,
+            rank=rank,
+            container=container,
+            restart_attempt=params.get("restart_attempt"),
+        )
+        if params["follow"] and pod.phase in ("Pending", "Running"):
+            slot = take_slot(request.user)  # 429 / 503 with Retry-After: long requests are capped
+            try:
+                # The request is made here, on this cluster; the stream is read after the view returns.
+                chunks = cluster_logs.follow_log(
+                    job.namespace,
+                    pod.name,
+                    container,
+                    tail_lines=params["tail"],
+                    limit_bytes=MAX_BYTES,
+                    max_seconds=FOLLOW_SECONDS,
+                )
+            except BaseException:
+                slot.release()
+                raise
+            streaming = StreamingHttpResponse(
+                released_after(chunks, slot), content_type="text/plain; charset=utf-8"
+            )
+            streaming["X-Accel-Buffering"] = "no"
+            _headers(streaming, pod, attempt)
+            log_read_record(
+                user=request.user, job=job, attempt=attempt, rank=rank, container=container, via="api"
+            )
+            return streaming
+        log = cluster_logs.read_log(
+            job.namespace, pod.name, container, tail_lines=params["tail"], limit_bytes=MAX_BYTES
+        )
         response = HttpResponse(log.text, content_type="text/plain; charset=utf-8")
         response["X-Dispatch-Truncated"] = "true" if log.truncated else "false"
         _headers(response, pod, attempt)

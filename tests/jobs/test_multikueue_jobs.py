@@ -112,6 +112,18 @@ def test_a_job_on_a_multikueue_queue_runs_on_a_worker_with_its_runtime_copy_and_
     seen = Execution.objects.get(job_id=job_id, attempt=1).pods_seen
     assert {p["name"] for p in seen.values()} == {p.metadata.name for p in _running_pods(on_worker, name)}
 
+    # Rank 0's log, read from the worker (no such pod exists on the manager).
+    rank_0 = next(
+        p.metadata.name
+        for p in _running_pods(on_worker, name)
+        if p.metadata.annotations.get("batch.kubernetes.io/job-completion-index") == "0"
+        and "node-0" in p.metadata.name
+    )
+    log = api_as(token).get(f"/api/v1/jobs/{job_id}/logs?rank=0")
+    assert log.status_code == 200, log.content
+    assert log["X-Dispatch-Pod"] == rank_0, (log["X-Dispatch-Pod"], rank_0)
+    assert log.content, "an empty log"
+
     # Cancelled: the manager's TrainJob goes, MultiKueue takes the worker's, and dispatch the copies.
     with django_capture_on_commit_callbacks(execute=False):
         response = api_as(token).post(f"/api/v1/jobs/{job_id}/cancel")
