@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from cluster import gateway
 from cluster.client import has_credentials
-from cluster.errors import ClusterError, NotFound, Rejected
+from cluster.errors import ClusterError, ClusterUnavailable, NotFound, Rejected
 from cluster.fence import fence_best_effort
 from cluster.where import on_cluster
 from dispatch_site import sql
@@ -175,16 +175,19 @@ def _copy_to_workers(plan: Plan, label_domain: str, job_id: str, fence: Callable
     """MultiKueue copies only the TrainJob to the worker it picks: the runtime copy it names must be there
     already, or the worker's Kueue refuses the TrainJob. So the copy goes to every worker of the queue that
     dispatch has credentials for (the plan warned of the others), before the TrainJob exists. Fenced like
-    every create; an unreachable worker is a transient error (the start is retried). The copies are removed
-    with the attempt's objects (jobs.submission.cancel)."""
-    assert plan.training_runtime is not None
+    every create. A worker that cannot be reached is skipped (lost: MultiKueue places nothing there while it
+    is), so a lost worker never holds a start. The copies are removed with the attempt's objects
+    (jobs.submission.cancel)."""
+    runtime = plan.training_runtime
+    assert runtime is not None
     for worker in plan.queue.workers if plan.queue is not None else ():
         if not has_credentials(worker):
             continue
-        with on_cluster(worker):
-            create_or_adopt(
-                TRAINING_RUNTIME, plan.training_runtime, label_domain, job_id, before_create=fence
-            )
+        try:
+            with on_cluster(worker):
+                create_or_adopt(TRAINING_RUNTIME, runtime, label_domain, job_id, before_create=fence)
+        except ClusterUnavailable as exc:
+            logger.warning("no runtime copy on %s for job %s: %s", worker, job_id, exc)
 
 
 @cache

@@ -40,6 +40,7 @@ from django.utils import timezone
 from cluster import gateway
 from cluster.errors import ClusterError
 from dispatch_site import metrics
+from dispatch_site.causes import Cause
 from jobs.models import Execution, PodTombstone, SupervisorCycle
 from jobs.supervision.apply import (
     SUPERVISED,
@@ -333,13 +334,17 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
         report.error = f"{len(failures)} read(s) failed: " + "; ".join(failures)
     site_domain = SiteSettings.load().label_domain
     judged: list[Execution] = []
+    worker_unread: dict[tuple[str, int], str] = {}
     for execution in executions:
         namespace = execution.job.namespace
         if namespace in observation.waiting:
             continue
         failed = observation.errors.get(namespace, {})
         required = [failed[kind] for kind in REQUIRED_READS if kind in failed]
-        required += worker_failures(execution, observation.worker_errors)
+        if on_worker := worker_failures(execution, observation.worker_errors):
+            # Its worker cannot be read: judged on the manager's TrainJob and Workload alone, which can only
+            # end it there (the worker lost past workerLostTimeout, or another eviction); else unknown.
+            worker_unread[(execution.job_id, execution.attempt)] = "; ".join(on_worker)
         if required:
             if keeper.lost.is_set():
                 return
@@ -366,7 +371,11 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
     with _no_cyclic_gc():
         groups = {
             w.key: owned_objects(
-                observation.source, w, worker=observation.workers.get(w.cluster) if w.cluster else None
+                observation.source,
+                w,
+                worker=observation.workers.get(w.cluster)
+                if w.cluster and w.key not in worker_unread
+                else None,
             )
             for w in watched
         }
@@ -404,6 +413,12 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
     )
     for execution, item in order:
         status = statuses[item.key]
+        if item.key in worker_unread and not (status.deactivate or status.cause == Cause.CLUSTER_LOST):
+            if keeper.lost.is_set():
+                return
+            report.transitions += _mark_unknown(execution, worker_unread[item.key], observation.read_at)
+            source.derived(execution, None, True)
+            continue
         if item.key not in acted or item.key in unconfirmed:
             # Its Workload could not be deactivated, or its TrainJob is missing from the copy but the API
             # server still has it (or could not say): next cycle.

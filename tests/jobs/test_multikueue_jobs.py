@@ -12,6 +12,8 @@ happened on the workers is read with the tests' own clients of each plane, never
 
 from __future__ import annotations
 
+import contextlib
+import time
 from typing import Any
 
 import pytest
@@ -33,9 +35,9 @@ from tests.scripts.test_multikueue_planes import (  # noqa: F401 (fixtures)
     multikueue_planes,
     trainjob_or_none,
 )
-from tests.support.cluster import Kube
+from tests.support.cluster import UP_TIMEOUT, Kube, _run_cluster
 from tests.support.dispatch import api_as, get_job, submit_job
-from tests.support.kueue import RUNTIME, TRAINER, wait_for
+from tests.support.kueue import RUNTIME, TRAINER, Recorder, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("dispatch_kind_allowed")]
 
@@ -141,3 +143,125 @@ def test_a_job_on_a_multikueue_queue_runs_on_a_worker_with_its_runtime_copy_and_
     assert trainjob_or_none(manager, name) is None
     assert all(trainjob_or_none(kube, name) is None for kube in multikueue_planes.values())
     assert get_job(token, job_id)["state"] == "cancelled"
+
+
+def _identities(
+    recorders: list[tuple[str, Recorder]], job_id: str
+) -> dict[tuple[str, str], set[tuple[str, str]]]:
+    """(attempt, replicated job/completion index) -> the (worker, pod UID)s that ran it, from the tests' own
+    watches of each worker's pods."""
+    ran: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for worker, recorder in recorders:
+        for observed in recorder.of("Pod"):
+            pod = observed.obj
+            meta = pod["metadata"]
+            labels = meta.get("labels") or {}
+            if (
+                labels.get("dispatch.dev/job") != job_id
+                or (pod.get("status") or {}).get("phase") != "Running"
+            ):
+                continue
+            rank = (
+                f"{labels.get('jobset.sigs.k8s.io/replicatedjob-name')}/"
+                f"{(meta.get('annotations') or {}).get('batch.kubernetes.io/job-completion-index')}"
+            )
+            ran.setdefault((str(labels.get("dispatch.dev/attempt")), rank), set()).add((worker, meta["uid"]))
+    return ran
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lost_worker_ends_the_attempt_cluster_lost_and_the_next_runs_as_a_new_trainjob_on_the_other(
+    manager: Kube,  # noqa: F811
+    multikueue_planes: dict[str, Kube],  # noqa: F811
+    dispatch_on_cluster: str,
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """The worker running a long job is stopped (`scripts/cluster down --worker`). While it cannot be read
+    the job is unknown, the worker named; once Kueue evicts the Workload (workerLostTimeout, 30 s here,
+    "Admitting remote lost"), supervision ends attempt 1 `cluster-lost` on the manager's word alone and
+    attempt 2 runs as a new TrainJob on the other worker. The tests' own pod watches on both workers see
+    every rank identity run on one pod only (MultiKueue would have run the same TrainJob, DISPATCH_ATTEMPT=1,
+    on the other worker)."""
+    settings.WORKER_KUBECONFIG_DIR = str(STATE / "workers")
+    _, token = user_create(username="mk-lost", role=roles.USER, namespaces=[NAMESPACE], password="pw")
+    body = {
+        "runtime": {"kind": "ClusterTrainingRuntime", "name": RUNTIME},
+        "namespace": NAMESPACE,
+        "image": "localhost/trainer:v1",
+        "num_nodes": 2,
+        "queue_name": QUEUE,
+        "env": {"KWOK_STAY_RUNNING": "1"},
+        "recovery_policy": {"retry": {"cluster-lost": 1}, "backoff_seconds": {"cluster-lost": 0}},
+    }
+    recorders = {w: Recorder(kube, NAMESPACE).start(kinds=("Pod",)) for w, kube in multikueue_planes.items()}
+    watched: list[tuple[str, Recorder]] = []
+    job_id = ""
+    try:
+        job_id = submit_job(token, body, django_capture_on_commit_callbacks)
+
+        history: list[tuple[Any, ...]] = []  # what the job read, each change once (shown on a timeout)
+
+        def job_when(predicate: Any, what: str, timeout: float = 120) -> dict[str, Any]:
+            def probe() -> dict[str, Any] | None:
+                with django_capture_on_commit_callbacks(execute=True):
+                    cycle.supervise()
+                # The delete task's retries (a worker runs them with a countdown; here, each probe).
+                for pk in Execution.objects.filter(
+                    job_id=job_id, delete_requested_at__isnull=False, objects_removed_at__isnull=True
+                ).values_list("pk", flat=True):
+                    with contextlib.suppress(TransientSubmitError):
+                        execution_delete(execution_id=pk)
+                data = get_job(token, job_id)
+                seen = (data["current_attempt"], data["state"], data["cause"], data["message"][:200])
+                if not history or history[-1] != seen:
+                    history.append(seen)
+                return data if predicate(data) else None
+
+            found: dict[str, Any] = wait_for(what, probe, timeout=timeout, state=lambda: history)
+            return found
+
+        first = job_when(lambda d: d["state"] == "running", "attempt 1 running on a worker")
+        lost = first["executions"][0]["cluster"]
+        other = next(w for w in WORKERS if w != lost)
+        # Its watch would fail while the worker is down: stopped (what it saw is kept), watched once back.
+        earlier = recorders.pop(lost)
+        earlier.stop()
+        watched.append((lost, earlier))
+        down = _run_cluster("down", "--worker", lost, timeout=300)
+        assert down.returncode == 0, down.stderr
+
+        unknown = job_when(lambda d: d["state"] == "unknown", f"the job unknown while {lost} cannot be read")
+        assert lost in unknown["message"], unknown["message"]
+        second = job_when(
+            lambda d: d["current_attempt"] == 2 and d["state"] == "running",
+            "attempt 2 running on the other worker",
+            timeout=240,
+        )
+        ended = second["executions"][0]
+        assert (ended["attempt"], ended["state"], ended["cause"]) == (1, "failed", "cluster-lost"), ended
+        assert "Admitting remote lost" in str(ended["evidence"]), ended["evidence"]
+        assert second["executions"][1]["cluster"] == other, second["executions"]
+        assert trainjob_or_none(manager, f"{job_id}-1") is None
+        assert trainjob_or_none(multikueue_planes[other], f"{job_id}-1") is None  # MultiKueue never re-ran it
+        pods_2 = wait_for(
+            "attempt 2's pods on the other worker",
+            lambda: _running_pods(multikueue_planes[other], f"{job_id}-2"),
+        )
+        assert len(pods_2) == 2
+    finally:
+        up = _run_cluster("up", "--multikueue", timeout=UP_TIMEOUT)
+        for recorder in recorders.values():
+            recorder.stop()
+        assert up.returncode == 0, up.stderr[-4000:]
+    # Back: what the lost worker holds now (its pods of attempt 1 never left it: the plane was stopped whole).
+    watched += list(recorders.items())
+    for worker in set(WORKERS) - set(recorders):
+        again = Recorder(multikueue_planes[worker], NAMESPACE).start(kinds=("Pod",))
+        time.sleep(2)
+        again.stop()
+        watched.append((worker, again))
+    ran = _identities(watched, job_id)
+    twice = {identity: runs for identity, runs in ran.items() if len(runs) > 1}
+    assert twice == {}, f"rank identities run by more than one pod: {twice}"
+    assert {attempt for attempt, _ in ran} == {"1", "2"}, ran

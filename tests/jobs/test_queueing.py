@@ -309,6 +309,7 @@ def test_a_queued_plan_labels_the_trainjob_suspends_it_and_writes_no_runtime_pat
         "fits_now": True,
         "fit_message": "fits ClusterQueue dispatch's free quota now (flavor dispatch-kwok)",
         "pending_workloads": None,
+        "workers": [],  # a queue on this cluster: no MultiKueue workers
     }  # fmt: skip
 
 
