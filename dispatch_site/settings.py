@@ -242,6 +242,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "jobs.submission.tasks.executions_resubmit_stale",
         "schedule": 60.0,
     },
+    # MultiKueue: what a lost worker still runs for ended attempts, once back (jobs.submission.leftovers).
+    "worker-leftovers-sweep": {
+        "task": "jobs.submission.tasks.worker_leftovers_sweep",
+        "schedule": 120.0,
+        "options": {"expires": 120.0},
+    },
     # Sessions whose watcher message was lost, closing sessions, expired sessions (jobs.sessions).
     "sessions-sweep": {
         "task": "jobs.sessions.tasks.sessions_sweep",

@@ -14,6 +14,7 @@ from celery import current_app
 EXECUTION_SUBMIT: Final = "jobs.submission.tasks.execution_submit"
 EXECUTION_DELETE: Final = "jobs.submission.tasks.execution_delete"
 EXECUTIONS_RESUBMIT_STALE: Final = "jobs.submission.tasks.executions_resubmit_stale"
+WORKER_LEFTOVERS_SWEEP: Final = "jobs.submission.tasks.worker_leftovers_sweep"
 SUPERVISE: Final = "jobs.supervision.tasks.supervise"
 SESSION_WATCH: Final = "jobs.sessions.tasks.session_watch"
 SESSION_CLOSE_WATCH: Final = "jobs.sessions.tasks.session_close_watch"

@@ -126,3 +126,8 @@ def longest_pod_name(trainjob_name: str, runtime: Mapping[str, Any], num_nodes: 
     """The longest pod name the JobSet would create, or None when the runtime has no replicated jobs."""
     names = [pod for _, pod in pod_names(trainjob_name, runtime, num_nodes)]
     return max(names, key=len) if names else None
+
+
+# MultiKueue's annotation on a worker's copy of a TrainJob: the name of the manager's Workload it runs for
+# (Kueue v0.19.2 writes it as an annotation; older releases as a label).
+PREBUILT_WORKLOAD: Final = "kueue.x-k8s.io/prebuilt-workload-name"

@@ -9,7 +9,7 @@ from typing import Any
 from celery import shared_task
 
 from jobs import enqueue
-from jobs.submission import cancel, start, sweeps
+from jobs.submission import cancel, leftovers, start, sweeps
 from jobs.submission.errors import TransientSubmitError
 
 logger = logging.getLogger(__name__)
@@ -55,3 +55,9 @@ def executions_resubmit_stale() -> None:
     stale = sweeps.executions_resubmit_stale()
     if stale:
         logger.warning("re-enqueued %d stale starts and deletes: %s", len(stale), stale)
+
+
+@shared_task(name=enqueue.WORKER_LEFTOVERS_SWEEP, ignore_result=True)
+def worker_leftovers_sweep() -> None:
+    """Beat: the TrainJob copies a lost MultiKueue worker still holds for ended attempts, once it answers."""
+    leftovers.worker_leftovers_sweep()

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from jobs.naming import trainjob_name_prefix
+from jobs.naming import PREBUILT_WORKLOAD, trainjob_name_prefix
 from jobs.supervision.status import disrupted_pods_named
 
 Obj = Mapping[str, Any]
@@ -117,9 +117,6 @@ class Grouped:
 
     def warning_list(self) -> list[dict[str, Any]]:
         return list(self.strangers)
-
-
-PREBUILT_WORKLOAD = "kueue.x-k8s.io/prebuilt-workload-name"  # MultiKueue's mark on a worker's TrainJob copy
 
 
 def worker_copy(worker: ObjectSource, item: Watched, workloads: Iterable[Obj]) -> Obj | None:

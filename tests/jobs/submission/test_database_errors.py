@@ -22,6 +22,7 @@ TASKS: dict[str, tuple[str, str, tuple[Any, ...]]] = {
     enqueue.EXECUTION_SUBMIT: ("jobs.submission.start", "execution_submit", (1,)),
     enqueue.EXECUTION_DELETE: ("jobs.submission.cancel", "execution_delete", (1,)),
     enqueue.EXECUTIONS_RESUBMIT_STALE: ("jobs.submission.sweeps", "executions_resubmit_stale", ()),
+    enqueue.WORKER_LEFTOVERS_SWEEP: ("jobs.submission.leftovers", "worker_leftovers_sweep", ()),
     # The beat's cycle first asks the database whether a `manage.py supervise` is alive.
     enqueue.SUPERVISE: ("jobs.supervision.tasks", "watcher_alive", ()),
     enqueue.SESSION_WATCH: ("jobs.sessions.services", "session_watch", ("s1",)),

@@ -14,7 +14,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client, TestCase
-from kubernetes import client as k8s_client
 from kubernetes.client.rest import ApiException
 
 from cluster import kueue as cluster_kueue
@@ -31,6 +30,7 @@ from jobs.supervision import cycle
 from runtimes.models import SiteSettings
 from tests.jobs.observability.test_metrics import samples, scrape
 from tests.jobs.supervision.support import supervise_until, wait_job, watching
+from tests.support.admission import denying
 from tests.support.cluster import REPO, Kube, KueueQueue
 from tests.support.dispatch import api_as, get_job, submit_job
 from tests.support.kueue import (
@@ -519,58 +519,18 @@ def test_a_job_that_names_a_queue_is_watched_through_its_workload_whatever_dispa
     assert marked and marked[-1]["spec"]["active"] is False, [conditions_summary(w) for w in seen]
 
 
-@contextlib.contextmanager
-def _deactivation_refused(kube: Kube, namespace: str) -> Iterator[str]:
-    """A ValidatingAdmissionPolicy, bound to `namespace`, that refuses any update turning a Workload's
-    spec.active to false: the API server's own refusal, as a webhook or a platform's policy would give."""
-    admission: Any = k8s_client.AdmissionregistrationV1Api(kube.api_client)
-    policy = f"t-no-deactivate-{namespace[-8:]}"
-    admission.create_validating_admission_policy(
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": policy},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "resourceRules": [
-                        {
-                            "apiGroups": ["kueue.x-k8s.io"],
-                            "apiVersions": ["*"],
-                            "operations": ["UPDATE"],
-                            "resources": ["workloads"],
-                        }
-                    ]
-                },
-                "validations": [
-                    {
-                        "expression": "!has(object.spec.active) || object.spec.active"
-                        " || (has(oldObject.spec.active) && !oldObject.spec.active)",
-                        "message": "Workloads stay active in this namespace",
-                    }
-                ],
-            },
-        }
+def _deactivation_refused(kube: Kube, namespace: str) -> contextlib.AbstractContextManager[str]:
+    """Any update turning a Workload's spec.active to false in `namespace` is refused by the API server."""
+    return denying(
+        kube,
+        namespace,
+        group="kueue.x-k8s.io",
+        resources=["workloads"],
+        operations=["UPDATE"],
+        expression="!has(object.spec.active) || object.spec.active"
+        " || (has(oldObject.spec.active) && !oldObject.spec.active)",
+        message="Workloads stay active in this namespace",
     )
-    admission.create_validating_admission_policy_binding(
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": policy},
-            "spec": {
-                "policyName": policy,
-                "validationActions": ["Deny"],
-                "matchResources": {
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-                },
-            },
-        }
-    )
-    try:
-        yield policy
-    finally:
-        admission.delete_validating_admission_policy_binding(policy)
-        admission.delete_validating_admission_policy(policy)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -30,6 +30,7 @@ from tests.jobs.supervision.support import submit as _submit
 from tests.jobs.supervision.support import supervise_until, supervisor_process
 from tests.jobs.supervision.support import trainjob_exists as _trainjob_exists
 from tests.jobs.supervision.support import wait_job as _wait_job
+from tests.support.admission import denying
 from tests.support.dispatch import GROUP, VERSION, trainer_job, wait_for
 
 pytestmark = [pytest.mark.cluster]
@@ -341,44 +342,15 @@ def test_an_admission_denial_stays_config_error_under_supervision(
     """A ValidatingAdmissionPolicy denies TrainJobs in this namespace: the job fails at start with the API
     server's message, and supervision never touches it again."""
     runtime_on(None)
-    admission: Any = client.AdmissionregistrationV1Api(kube.api_client)
-    policy = f"t-deny-{uuid.uuid4().hex[:6]}"
-    admission.create_validating_admission_policy(
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": policy},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "resourceRules": [
-                        {
-                            "apiGroups": [GROUP],
-                            "apiVersions": ["*"],
-                            "operations": ["CREATE"],
-                            "resources": ["trainjobs"],
-                        }
-                    ]
-                },
-                "validations": [{"expression": "false", "message": "trainjobs are frozen in this namespace"}],
-            },
-        }
-    )
-    admission.create_validating_admission_policy_binding(
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": policy},
-            "spec": {
-                "policyName": policy,
-                "validationActions": ["Deny"],
-                "matchResources": {
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-                },
-            },
-        }
-    )
-    try:
+    with denying(
+        kube,
+        namespace,
+        group=GROUP,
+        resources=["trainjobs"],
+        operations=["CREATE"],
+        expression="false",
+        message="trainjobs are frozen in this namespace",
+    ):
         body = _body(namespace, {"KWOK_STAY_RUNNING": "1"})
 
         def denied() -> dict[str, Any] | None:
@@ -389,9 +361,6 @@ def test_an_admission_denial_stays_config_error_under_supervision(
 
         # The policy takes a moment to reach the API server's admission chain.
         data = wait_for(denied, timeout=30, interval=1, what="a denied submission")
-    finally:
-        admission.delete_validating_admission_policy_binding(policy)
-        admission.delete_validating_admission_policy(policy)
     for _ in range(3):
         cycle.supervise()
     after = _get(submitter[1], data["id"])
