@@ -72,11 +72,13 @@ def worker_leftovers_sweep(*, now: Any = None) -> dict[str, int]:
             try:
                 with on_cluster(cluster):
                     fence_best_effort(namespace, execution.trainjob_name)
-                    gateway.delete_namespaced(TRAINJOB, namespace, execution.trainjob_name, uid=uid)
+                    deleted = gateway.delete_namespaced(TRAINJOB, namespace, execution.trainjob_name, uid=uid)
             except ClusterError as exc:
                 logger.info(
                     "worker leftovers: %s %s/%s: %s", cluster, namespace, execution.trainjob_name, exc
                 )
+                continue
+            if not deleted:  # gone meanwhile (Kueue's collector, or another sweep): nothing done here
                 continue
             logger.warning(
                 "deleted TrainJob %s/%s on %s: attempt %s of job %s ended while the worker was lost",

@@ -43,6 +43,15 @@ from tests.support.kueue import RUNTIME, TRAINER, Recorder, wait_for
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("dispatch_kind_allowed")]
 
 
+@pytest.fixture
+def token(dispatch_on_cluster: str, settings: Any) -> str:
+    """A plain user granted `default` (the namespace MultiKueue's queue is in), dispatch reading the local
+    workers' kubeconfigs as `make up` does."""
+    settings.WORKER_KUBECONFIG_DIR = str(STATE / "workers")
+    _, api_token = user_create(username="mk-user", role=roles.USER, namespaces=[NAMESPACE], password="pw")
+    return api_token
+
+
 def _multi_body(**extra: Any) -> dict[str, Any]:
     """A long job (its pods stay running) on the LocalQueue `default/multi`."""
     return {
@@ -113,12 +122,9 @@ def _supervise_until(
 def test_a_job_on_a_multikueue_queue_runs_on_a_worker_with_its_runtime_copy_and_leaves_none_behind(
     manager: Kube,  # noqa: F811
     multikueue_planes: dict[str, Kube],  # noqa: F811
-    dispatch_on_cluster: str,
-    settings: Any,
+    token: str,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
-    settings.WORKER_KUBECONFIG_DIR = str(STATE / "workers")  # what `make up` picks up by itself
-    _, token = user_create(username="mk-user", role=roles.USER, namespaces=[NAMESPACE], password="pw")
     body = _multi_body()
     planned = api_as(token).post("/api/v1/plan", body, format="json")
     assert planned.status_code == 200, planned.content
@@ -219,8 +225,7 @@ def _identities(
 def test_a_lost_worker_ends_the_attempt_cluster_lost_and_the_next_runs_as_a_new_trainjob_on_the_other(
     manager: Kube,  # noqa: F811
     multikueue_planes: dict[str, Kube],  # noqa: F811
-    dispatch_on_cluster: str,
-    settings: Any,
+    token: str,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
     """The worker running a long job is stopped (`scripts/cluster down --worker`). While it cannot be read
@@ -229,8 +234,6 @@ def test_a_lost_worker_ends_the_attempt_cluster_lost_and_the_next_runs_as_a_new_
     attempt 2 runs as a new TrainJob on the other worker. The tests' own pod watches on both workers see
     every rank identity run on one pod only (MultiKueue would have run the same TrainJob, DISPATCH_ATTEMPT=1,
     on the other worker)."""
-    settings.WORKER_KUBECONFIG_DIR = str(STATE / "workers")
-    _, token = user_create(username="mk-lost", role=roles.USER, namespaces=[NAMESPACE], password="pw")
     body = _multi_body()
     recorders = {w: Recorder(kube, NAMESPACE).start(kinds=("Pod",)) for w, kube in multikueue_planes.items()}
     watched: list[tuple[str, Recorder]] = []
