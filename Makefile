@@ -62,10 +62,10 @@ status: ## what runs
 lint: venv ## ruff, formatting, migrations, the OpenAPI schema, mypy and the import contracts
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	DATABASE_URL=sqlite:///$(VAR)/lint.sqlite3 $(PY) manage.py makemigrations --check --dry-run
-	DATABASE_URL=sqlite:///$(VAR)/lint.sqlite3 $(PY) manage.py spectacular --validate --fail-on-warn \
+	DEBUG=true DATABASE_URL=sqlite:///$(VAR)/lint.sqlite3 $(PY) manage.py makemigrations --check --dry-run
+	DEBUG=true DATABASE_URL=sqlite:///$(VAR)/lint.sqlite3 $(PY) manage.py spectacular --validate --fail-on-warn \
 		--file $(VAR)/openapi.yaml
-	$(VENV)/bin/mypy .
+	DEBUG=true $(VENV)/bin/mypy .
 	$(VENV)/bin/lint-imports
 
 docs: $(DOCS_VENV)/.installed ## build the docs site (MkDocs Material, strict: a broken link fails) into var/site
@@ -91,4 +91,5 @@ image: venv ## build the container image with buildah (deploy/image/build; check
 bench: venv ## benchmarks: a report of ratios measured side by side in one run
 	scripts/services up
 	scripts/cluster build --kueue
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) scripts/bench.py
+	@# DEBUG on for the bench's own setup only: the servers it measures run DEBUG=false (bench_common.server_env)
+	DEBUG=$${DEBUG:-true} DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(PY) scripts/bench.py

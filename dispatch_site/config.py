@@ -302,12 +302,15 @@ def _development_secret_key() -> str:
 
 def load_config(environ: Mapping[str, str] | None = None) -> Config:
     env = os.environ if environ is None else environ
-    debug = _parse_bool("DEBUG", env.get("DEBUG", "true"))
+    debug = _parse_bool("DEBUG", env.get("DEBUG", "false"))
 
     secret_key = env.get("SECRET_KEY", "")
     if not secret_key:
         if not debug:
-            raise ConfigError("SECRET_KEY is required when DEBUG is off")
+            raise ConfigError(
+                "SECRET_KEY is required when DEBUG is off (DEBUG defaults to false; for a local run set"
+                " DEBUG=true, as `make up` does)"
+            )
         secret_key = _development_secret_key()
 
     hosts_raw = env.get("ALLOWED_HOSTS", "127.0.0.1,localhost" if not debug else "*")

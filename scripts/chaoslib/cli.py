@@ -250,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             "REDIS_URL": redis_url,
             "KUBECONFIG": str(proxied),
             "DJANGO_SETTINGS_MODULE": "dispatch_site.settings",
+            "DEBUG": "true",  # as scripts/up sets it
             "PROMETHEUS_MULTIPROC_DIR": str(run_dir / "metrics"),
             "PYTHONUNBUFFERED": "1",
         }

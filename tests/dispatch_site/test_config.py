@@ -23,7 +23,7 @@ def test_defaults_are_sqlite_and_local_redis() -> None:
 
 
 def test_postgres_url_is_parsed() -> None:
-    config = load_config({"DATABASE_URL": "postgres://u:p@127.0.0.1:5433/dispatchdb"})
+    config = load_config({"DEBUG": "1", "DATABASE_URL": "postgres://u:p@127.0.0.1:5433/dispatchdb"})
     assert config.database["ENGINE"] == "django.db.backends.postgresql"
     assert (config.database["NAME"], config.database["PORT"], config.database["USER"]) == (
         "dispatchdb",
@@ -44,7 +44,7 @@ def test_postgres_url_is_parsed() -> None:
 def test_postgres_prepares_hot_statements_after_five_calls_unless_the_url_says_otherwise(
     url: str, threshold: int | None
 ) -> None:
-    options = load_config({"DATABASE_URL": url}).database["OPTIONS"]
+    options = load_config({"DEBUG": "1", "DATABASE_URL": url}).database["OPTIONS"]
     assert options["prepare_threshold"] == threshold
     assert options.get("sslmode", "require") == "require"  # the URL's other options are kept
 
@@ -70,8 +70,20 @@ def test_postgres_prepares_hot_statements_after_five_calls_unless_the_url_says_o
 )
 def test_bad_settings_name_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=None) as excinfo:
-        load_config(env)
+        load_config({"DEBUG": "1", **env})
     assert message in str(excinfo.value)
+
+
+def test_debug_is_off_unless_the_environment_turns_it_on() -> None:
+    """An installation that forgets DEBUG gets production settings or a clear refusal, never a debug page."""
+    with pytest.raises(ConfigError) as refused:
+        load_config({})
+    assert "SECRET_KEY is required when DEBUG is off" in str(refused.value)
+    assert "DEBUG=true" in str(refused.value)  # says how to run locally
+    config = load_config({"SECRET_KEY": "s" * 50})
+    assert config.debug is False
+    assert config.allowed_hosts == ("127.0.0.1", "localhost")
+    assert config.secure_ssl_redirect is True
 
 
 @pytest.mark.parametrize(
@@ -85,7 +97,7 @@ def test_bad_settings_name_the_variable(env: dict[str, str], message: str) -> No
 def test_a_bad_database_url_is_named_without_its_password(url: str) -> None:
     """The error goes to the pod's log (and preflight's one line): it names the URL, never the password."""
     with pytest.raises(ConfigError) as excinfo:
-        load_config({"DATABASE_URL": url})
+        load_config({"DEBUG": "1", "DATABASE_URL": url})
     assert "hunter2secret" not in str(excinfo.value)
     assert "dispatch:***@db.example" in str(excinfo.value)
 
@@ -100,7 +112,7 @@ def test_manage_py_reports_a_bad_setting_in_one_line() -> None:
     result = subprocess.run(
         [sys.executable, "manage.py", "check"],
         cwd=REPO,
-        env={"PATH": "/usr/bin:/bin", "DATABASE_URL": "mysql://nope"},
+        env={"PATH": "/usr/bin:/bin", "DEBUG": "1", "DATABASE_URL": "mysql://nope"},
         capture_output=True,
         text=True,
         timeout=60,
@@ -119,6 +131,7 @@ def test_preflight_names_an_unreachable_database_in_one_line() -> None:
         cwd=REPO,
         env={
             "PATH": "/usr/bin:/bin",
+            "DEBUG": "1",
             "DATABASE_URL": "postgres://u:p@127.0.0.1:1/nodb",
             "REDIS_URL": "redis://127.0.0.1:1/0",
         },

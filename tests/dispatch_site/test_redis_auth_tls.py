@@ -167,6 +167,7 @@ def _preflight(redis_url: str, tmp_path: Path) -> subprocess.CompletedProcess[st
         cwd=REPO,
         env={
             "PATH": "/usr/bin:/bin",
+            "DEBUG": "1",
             "DATABASE_URL": f"sqlite:///{tmp_path / 'probe.sqlite3'}",
             "REDIS_URL": redis_url,
         },
@@ -248,5 +249,5 @@ def test_a_redis_url_that_would_not_protect_the_broker_is_refused_without_showin
     from dispatch_site.config import ConfigError, load_config
 
     with pytest.raises(ConfigError, match=message) as refused:
-        load_config({"REDIS_URL": url})
+        load_config({"DEBUG": "1", "REDIS_URL": url})
     assert ":***@" in str(refused.value) and "pw" not in str(refused.value).replace("***", "")

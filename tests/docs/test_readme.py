@@ -122,8 +122,8 @@ def make_up(kubeconfig: str, tmp_path: Path) -> Iterator[Stack]:
     env = {
         key: value
         for key, value in os.environ.items()
-        # make up's own defaults (SQLite under its var/), not the test run's database or settings
-        if not key.startswith(("DATABASE_URL", "DJANGO_", "PYTEST", "DISPATCH_"))
+        # make up's own defaults (SQLite under its var/, DEBUG as make up sets it), not the test run's
+        if not key.startswith(("DATABASE_URL", "DJANGO_", "PYTEST", "DISPATCH_")) and key != "DEBUG"
     }
     env |= {"KUBECONFIG": kubeconfig, "REDIS_URL": redis_url, "PORT": str(port)}
     up = subprocess.run(
