@@ -2,12 +2,13 @@
 receiver's to keep.
 
 - A total deadline (WEBHOOK_TIMEOUT_SECONDS) for the whole attempt: connecting, sending, the status line and
-  headers, and the part of the body that is read. A receiver that drips one byte a second is cut off at the
+  headers. A receiver that drips one byte a second is cut off at the
   deadline, where a per-read timeout (requests, urllib3) would wait for ever. aiohttp (already installed: the
   Kubernetes client depends on it) reads with non-blocking sockets, so asyncio's timeout cancels the attempt
   wherever it waits; aiohttp also caps the status line and each header at 8 KiB.
-- At most RESPONSE_BYTES of the body are read, as bytes on the wire: nothing is decompressed
-  (auto_decompress=False), so a gzip bomb stays a few KiB. Then the connection is closed.
+- The body of the answer is never read (nor decompressed: auto_decompress=False): the status is the answer,
+  and the connection is closed. A gzip bomb costs nothing, and no receiver's words reach the endpoint's
+  owner: shown to them, an answer would make dispatch a port scanner and banner grabber.
 - No redirects, no proxy from the environment, TLS verified against certifi's roots (what requests used), or
   the PEM roots of WEBHOOK_CA_BUNDLE (receivers behind a private CA; the tests' own CA).
 - Only public addresses (unless WEBHOOK_ALLOW_PRIVATE_ADDRESSES): the name is resolved by the connection
@@ -33,7 +34,6 @@ import aiohttp
 import aiohttp.abc
 import certifi
 
-RESPONSE_BYTES = 4096  # of the body, read as sent (still encoded): enough for an error message
 ERROR_CHARS = 500
 CONNECT_SECONDS = 3.0
 
@@ -95,24 +95,6 @@ def _tls(cafile: str) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=cafile or certifi.where())
 
 
-def _body_text(raw: bytes, encoding: str) -> str:
-    """What an error answer said, for the attempt log: its first bytes as text. An encoded body (gzip, br,
-    ...) is not decoded: it is named instead."""
-    if encoding and encoding.lower() != "identity":
-        return f"(a {encoding}-encoded body of which dispatch reads and decodes nothing)"
-    return raw.decode("utf-8", "replace").replace("\x00", "\ufffd")[:ERROR_CHARS]  # PostgreSQL text: no NUL
-
-
-async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
-    raw = b""
-    while len(raw) < limit:
-        chunk = await response.content.read(limit - len(raw))
-        if not chunk:
-            break
-        raw += chunk
-    return raw
-
-
 async def _post_async(
     url: str, body: bytes, headers: dict[str, str], deadline: float, cafile: str, allow_private: bool
 ) -> tuple[int, str]:
@@ -125,12 +107,11 @@ async def _post_async(
         ) as session,
         session.post(url, data=body, headers=headers, allow_redirects=False) as response,
     ):
-        if 200 <= response.status < 300:
-            response.close()  # the answer's body is not needed: close rather than read it
-            return response.status, ""
-        raw = await _read_capped(response, RESPONSE_BYTES)
+        # The status is the whole answer: the body is never read, kept or shown. Shown to the endpoint's
+        # owner, it would let any user read what a service answers (a port scanner and banner grabber
+        # through dispatch); read, a gzip bomb or a drip could hold the worker.
         response.close()
-        return response.status, _body_text(raw, response.headers.get("Content-Encoding", ""))
+        return response.status, ""
 
 
 async def _bounded(
@@ -160,8 +141,8 @@ def post(
     cafile: str = "",
     allow_private: bool = False,
 ) -> AttemptResult:
-    """POST `body` to `url` within `deadline` seconds in all; the status and, for an error, the first
-    ERROR_CHARS of the answer's first RESPONSE_BYTES. Never raises for what the receiver does. TLS is verified
+    """POST `body` to `url` within `deadline` seconds in all; the answer's status (its body is never read), or
+    why there was none. Never raises for what the receiver does. TLS is verified
     against `cafile` (PEM roots), certifi's roots when empty."""
     started = time.monotonic()
 

@@ -126,8 +126,8 @@ def test_the_webhooks_worker_survives_a_gzip_bomb_and_drips_within_its_deadline(
     redis_server: RedisServer, tmp_path: Path, make_user: Any, settings: Any
 ) -> None:
     """The deployed webhooks worker (webhooks.yaml's command, 4 threads) gets a gzip bomb (1 GiB inflated)
-    and two receivers that drip a byte a second for ever: its memory stays flat, every attempt is recorded
-    within the deadline, and it is still up and taking work afterwards."""
+    and two receivers that drip a byte a second for ever (headers, body): its memory stays flat, every
+    attempt is recorded within the deadline, and it is still up and taking work afterwards."""
     settings.WEBHOOK_ALLOW_HTTP = True
     settings.WEBHOOK_ALLOW_PRIVATE_ADDRESSES = True
     env = _env(redis_server.url) | {
@@ -159,10 +159,12 @@ def test_the_webhooks_worker_survives_a_gzip_bomb_and_drips_within_its_deadline(
         assert worker.popen.poll() is None, worker.tail()
         assert grown < 64 * 1024, f"the worker grew by {grown // 1024} MiB"
         attempts = {a.delivery_id: a for a in WebhookAttempt.objects.filter(delivery__in=deliveries)}
-        assert attempts[deliveries[0].pk].status_code == 500 and "gzip" in attempts[deliveries[0].pk].error
-        for d in deliveries[1:]:
-            # Each drip was cut off at the 2 s deadline (the attempt's own clock: this machine may be busy).
-            assert "timeout" in attempts[d.pk].error and attempts[d.pk].latency_ms < 3500, attempts[d.pk]
+        assert (attempts[deliveries[0].pk].status_code, attempts[deliveries[0].pk].error) == (500, "")
+        # The header drip was cut off at the 2 s deadline (the attempt's own clock: this machine may be busy);
+        # the body drip's status was the answer, its body never waited for.
+        headers, body = (attempts[d.pk] for d in deliveries[1:])
+        assert "timeout" in headers.error and headers.latency_ms < 3500, headers
+        assert (body.status_code, body.error) == (500, "") and body.latency_ms < 2000, body
         # Still taking work.
         _send(env, (enqueue.WEBHOOK_DELIVER, 0))
         wait_until(lambda: _tasks_in(redis_server, "webhooks") == [], 30, "the next message taken")
