@@ -98,11 +98,14 @@ class VerdictSerializer(serializers.Serializer):
 class ReviewSerializer(serializers.Serializer):
     state = serializers.ChoiceField(
         choices=ReviewState.values,
-        help_text="content: the reviewed spec is recorded (a changed spec is runtime-changed-since-review); "
-        "name: by name only (an entry from before reviews were recorded); missing: the runtime could not be "
-        "read when it was approved, so it is refused until re-approved",
+        help_text="content: the reviewed spec, labels and annotations are recorded (a change in any is "
+        "runtime-changed-since-review); name: by name only (written in code, never by the API); missing: the "
+        "runtime could not be read when it was approved; stale: approved before reviews covered labels and "
+        "annotations. missing and stale are refused until re-approved",
     )
-    spec_hash = serializers.CharField(allow_null=True, help_text="sha256 of the reviewed spec")
+    spec_hash = serializers.CharField(
+        allow_null=True, help_text="sha256 of what was reviewed: the spec, labels and annotations"
+    )
     reviewed_at = serializers.DateTimeField(allow_null=True)
     reviewed_by = serializers.CharField(allow_null=True)
 

@@ -2,9 +2,10 @@
 
 A body's digest is the SHA-256 of its canonical JSON (keys sorted, no whitespace) without the fields the API
 server sets (status, uid, resourceVersion, generation, timestamps, managedFields, ownerReferences,
-finalizers). It serves two facts: the allow-list records the digest of the runtime spec a platform user
-reviewed (a runtime whose spec no longer has it has changed since review), and every object dispatch creates
-carries the digest of the body it sent (only such an object is ever adopted; jobs.objects).
+finalizers). It serves two facts: the allow-list records the digest of what a platform user reviewed in
+a runtime, its spec and behaviour-changing metadata (a runtime that no longer has it has changed since
+review), and every object dispatch creates carries the digest of the body it sent (only such an object
+is ever adopted; jobs.objects).
 `changed_paths` names where two bodies differ, as field paths like the rule checker's.
 """
 
@@ -61,8 +62,44 @@ def without_server_fields(body: Mapping[str, Any], *, drop_annotations: Iterable
 
 
 def spec_digest(runtime: Mapping[str, Any]) -> str:
-    """The digest of a runtime's spec: what a platform user reviews when allow-listing it."""
+    """The digest of a runtime's spec alone (what reviews recorded before they covered the metadata)."""
     return digest(runtime.get("spec") or {})
+
+
+# Annotations that say how an object was written, not what it does: never part of a review. kubectl's copy of
+# the last applied body mirrors the spec (which is reviewed itself) and changes with every apply.
+BOOKKEEPING_ANNOTATIONS: Final = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
+
+
+def reviewed_metadata(runtime: Mapping[str, Any]) -> dict[str, Any]:
+    """The runtime's labels and annotations a review covers: all of them but bookkeeping. Labels are copied
+    onto every job's runtime copy (and so onto its objects: queues, priorities, frameworks), and annotations
+    change behaviour too (dispatch's `<label domain>/exec-containers` chooses where a session's commands
+    run), so an edit of either after the review is a change since review."""
+    meta = runtime.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    labels = meta.get("labels")
+    annotations = meta.get("annotations")
+    return {
+        "labels": dict(labels) if isinstance(labels, Mapping) else {},
+        "annotations": {
+            k: v
+            for k, v in (annotations.items() if isinstance(annotations, Mapping) else ())
+            if k not in BOOKKEEPING_ANNOTATIONS
+        },
+    }
+
+
+def reviewed_content(runtime: Mapping[str, Any]) -> dict[str, Any]:
+    """What a platform user reviews when allow-listing a runtime: its spec and the metadata that changes
+    behaviour. Field paths into it read as paths into the runtime (spec..., metadata.annotations...)."""
+    return {"spec": runtime.get("spec") or {}, "metadata": reviewed_metadata(runtime)}
+
+
+def review_digest(runtime: Mapping[str, Any]) -> str:
+    """The digest the allow-list records for a review (reviewed_content): a runtime that no longer has it has
+    changed since its review."""
+    return digest(reviewed_content(runtime))
 
 
 def changed_paths(old: Any, new: Any, path: str = "") -> list[str]:

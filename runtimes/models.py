@@ -9,7 +9,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from dispatch_site.names import DEFAULT_LABEL_DOMAIN
-from runtimes.reasons import REVIEW_CONTENT, REVIEW_MISSING, REVIEW_NAME, Review
+from runtimes.reasons import REVIEW_CONTENT, REVIEW_MISSING, REVIEW_NAME, REVIEW_STALE, Review
 from runtimes.settings_checks import DEFAULT_TRAINER_VERSION
 
 
@@ -25,8 +25,9 @@ def runtime_ref(kind: str, namespace: str, name: str) -> str:
 
 class ReviewState(models.TextChoices):
     CONTENT = REVIEW_CONTENT, "the spec as reviewed is recorded"
-    NAME = REVIEW_NAME, "by name only (added before dispatch recorded reviews)"
+    NAME = REVIEW_NAME, "by name only (written in code, never by the service)"
     MISSING = REVIEW_MISSING, "not reviewed: the runtime could not be read when it was added"
+    STALE = REVIEW_STALE, "reviewed before reviews covered labels and annotations: re-approve it"
 
 
 class AllowListEntry(models.Model):
@@ -40,12 +41,14 @@ class AllowListEntry(models.Model):
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
     added_at = models.DateTimeField(auto_now_add=True)
-    # What was reviewed: the runtime's spec and its digest (runtimes.digest.spec_digest), recorded when the
-    # entry is added and each time a platform user re-approves it. A runtime whose spec no longer has the
-    # digest is refused (runtime-changed-since-review). Entries from before this was recorded: by name only.
+    # What was reviewed: the runtime's spec, its behaviour-changing labels and annotations, and their digest
+    # (runtimes.digest.review_digest), recorded when the entry is added and each time a platform user
+    # re-approves it. A runtime that no longer has the digest is refused (runtime-changed-since-review).
+    # Entries from before reviews covered all of it are "stale": refused until re-approved.
     review = models.CharField(max_length=16, choices=ReviewState.choices, default=ReviewState.NAME)
     reviewed_hash = models.CharField(max_length=64, blank=True, default="")
     reviewed_spec = models.JSONField(null=True, blank=True)
+    reviewed_metadata = models.JSONField(null=True, blank=True)  # runtimes.digest.reviewed_metadata
     reviewed_at = models.DateTimeField(null=True, blank=True)
     reviewed_by = models.CharField(max_length=150, blank=True, default="")  # the reviewer's username
 
@@ -75,6 +78,7 @@ class AllowListEntry(models.Model):
             spec_hash=self.reviewed_hash,
             spec=self.reviewed_spec,
             reviewed=f"reviewed by {who}{when}" if self.reviewed_at else "",
+            metadata=self.reviewed_metadata,
         )
 
 

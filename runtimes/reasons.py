@@ -211,20 +211,27 @@ def not_allowed_message(ref: str, miss: AllowListMiss) -> str:
 
 
 # How an allow-list entry was reviewed (runtimes.models.AllowListEntry.review).
-REVIEW_CONTENT: Final = "content"  # the runtime's spec was read and its digest recorded
-REVIEW_NAME: Final = "name"  # by name only: the entry predates recorded reviews (nothing to compare)
+REVIEW_CONTENT: Final = (
+    "content"  # the runtime's spec, labels and annotations were read, their digest recorded
+)
+REVIEW_NAME: Final = "name"  # written in code by name only (tests, fixtures); the service never writes it
 REVIEW_MISSING: Final = "missing"  # the runtime could not be read when it was added: no content reviewed
+# Allow-listed before reviews covered what they cover now (by name only, or the spec without its labels and
+# annotations): refused until a platform user re-approves it (migration runtimes 0006 marks such entries).
+REVIEW_STALE: Final = "stale"
 
 
 @dataclass(frozen=True)
 class Review:
     """What a platform user reviewed when they allow-listed (or re-approved) a runtime: the digest of its spec
-    (runtimes.digest.spec_digest) and the spec itself, so a change can be named by field path."""
+    and behaviour-changing metadata (runtimes.digest.review_digest), and both as reviewed, so a change can be
+    named by field path."""
 
-    state: str  # REVIEW_CONTENT, REVIEW_NAME or REVIEW_MISSING
-    spec_hash: str = ""
+    state: str  # REVIEW_CONTENT, REVIEW_NAME, REVIEW_MISSING or REVIEW_STALE
+    spec_hash: str = ""  # review_digest of the reviewed runtime
     spec: Mapping[str, Any] | None = None
     reviewed: str = ""  # who and when, for messages: "by pat at 2026-05-01 10:00 UTC"
+    metadata: Mapping[str, Any] | None = None  # runtimes.digest.reviewed_metadata of the reviewed runtime
 
 
 @dataclass(frozen=True)

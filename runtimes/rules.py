@@ -17,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from runtimes.digest import changed_paths, describe_paths, spec_digest
+from runtimes.digest import changed_paths, describe_paths, review_digest, reviewed_content
 from runtimes.reasons import (
     DEFAULT_SITE_RULES,
     REVIEW_CONTENT,
     REVIEW_MISSING,
+    REVIEW_STALE,
     RUNTIME_CHANGED_SINCE_REVIEW,
     RUNTIME_NOT_ALLOWED,
     RUNTIME_NOT_FOUND,
@@ -67,12 +68,22 @@ def _check_review(runtime: Mapping[str, Any], review: Review, ref: str, reasons:
         )
         reasons.append(Reason(RUNTIME_CHANGED_SINCE_REVIEW, message, "spec"))
         return
-    if review.state != REVIEW_CONTENT or spec_digest(runtime) == review.spec_hash:
+    if review.state == REVIEW_STALE:
+        message = (
+            f"{ref} was allow-listed{_by(review)} before a review covered what it covers now (the spec "
+            "with the labels and annotations that change behaviour), so what it does now was never reviewed; "
+            + again
+        )
+        reasons.append(Reason(RUNTIME_CHANGED_SINCE_REVIEW, message, "metadata"))
         return
-    paths = [f"spec.{p}" for p in changed_paths(review.spec or {}, as_map(runtime.get("spec")))] or ["spec"]
+    if review.state != REVIEW_CONTENT or review_digest(runtime) == review.spec_hash:
+        return
+    reviewed = {"spec": review.spec or {}, "metadata": review.metadata or {"labels": {}, "annotations": {}}}
+    paths = changed_paths(reviewed, reviewed_content(runtime)) or ["spec"]
+    what = "the reviewed runtime" if any(p.startswith("metadata") for p in paths) else "the reviewed spec"
     message = (
         f"{ref} changed since it was reviewed{_by(review)}: {describe_paths(paths)} "
-        f"{'differs' if len(paths) == 1 else 'differ'} from the reviewed spec; " + again
+        f"{'differs' if len(paths) == 1 else 'differ'} from {what}; " + again
     )
     reasons.append(Reason(RUNTIME_CHANGED_SINCE_REVIEW, message, paths[0]))
 

@@ -18,7 +18,7 @@ from cluster.gateway import RuntimeObject
 from dispatch_site.audit import audit_record
 from dispatch_site.roles import AnyUser
 from runtimes import settings_checks
-from runtimes.digest import spec_digest
+from runtimes.digest import review_digest, reviewed_metadata
 from runtimes.models import AllowListEntry, ReviewState, RuntimeVerdict, SiteSettings, runtime_ref
 from runtimes.reasons import SiteRules
 from runtimes.rules import check_runtime
@@ -145,9 +145,10 @@ def allow_list_approve(
     reapprove: bool = True,
 ) -> Approval:
     """Put a runtime on the allow-list, or re-approve the entry already there (its purposes and note as given
-    now): read the runtime and record the spec the platform user reviewed (its digest: a later change is
-    runtime-changed-since-review), and its verdict. A runtime that cannot be read now is recorded as not
-    reviewed (review "missing": refused until re-approved once it can be read)."""
+    now): read the runtime and record what the platform user reviewed, its spec and behaviour-changing labels
+    and annotations (their digest: a later change is runtime-changed-since-review), and its verdict. A
+    runtime that cannot be read now is recorded as not reviewed (review "missing": refused until re-approved
+    once it can be read)."""
     if kind == "ClusterTrainingRuntime":
         namespace = ""
     try:
@@ -162,8 +163,9 @@ def allow_list_approve(
         readable = runtime is not None
     reviewed: dict[str, Any] = {
         "review": ReviewState.CONTENT if readable else ReviewState.MISSING,
-        "reviewed_hash": spec_digest(runtime.body) if runtime is not None else "",
+        "reviewed_hash": review_digest(runtime.body) if runtime is not None else "",
         "reviewed_spec": (runtime.body.get("spec") or {}) if runtime is not None else None,
+        "reviewed_metadata": reviewed_metadata(runtime.body) if runtime is not None else None,
         "reviewed_at": timezone.now(),
         "reviewed_by": actor.get_username() if isinstance(actor, User) else "",
     }

@@ -74,7 +74,9 @@ def allow_list_add_view(request: HttpRequest) -> HttpResponse:
     messages.success(request, f"{entry.ref} {what}")
     if entry.review == "content":
         messages.info(
-            request, f"The spec as it is now is recorded as reviewed (sha256 {entry.reviewed_hash[:12]})."
+            request,
+            f"The spec, labels and annotations as they are now are recorded as reviewed "
+            f"(sha256 {entry.reviewed_hash[:12]}).",
         )
     else:
         messages.warning(

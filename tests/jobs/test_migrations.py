@@ -69,3 +69,37 @@ def test_a_job_recorded_before_jobs_stored_their_label_domain_keeps_the_domain_o
     finally:
         _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
     assert CurrentJob.objects.get(pk="jbbbbbbbbbb").label_domain == "platform.example"
+
+
+def test_allow_list_entries_from_before_reviews_covered_metadata_serve_only_once_re_approved(
+    platform_user: Any,
+) -> None:
+    """Entries allow-listed by name only, or with their spec's digest alone, never had their labels and
+    annotations reviewed (dispatch's exec-containers annotation among them): migration runtimes 0006 marks
+    them stale, and the rule checker refuses them until a platform user re-approves (issue 33)."""
+    from runtimes.digest import spec_digest
+    from runtimes.models import AllowListEntry
+    from runtimes.rules import check_runtime
+    from tests.support.dispatch import runtime_body
+
+    body = runtime_body("ClusterTrainingRuntime", "old-by-spec")
+    old = _migrate([("runtimes", "0005_session_cap")])
+    try:
+        Entry = old.get_model("runtimes", "AllowListEntry")
+        Entry.objects.create(kind="ClusterTrainingRuntime", namespace="", name="old-by-name", review="name")
+        Entry.objects.create(
+            kind="ClusterTrainingRuntime",
+            namespace="",
+            name="old-by-spec",
+            review="content",
+            reviewed_hash=spec_digest(body),
+            reviewed_spec=body["spec"],
+        )
+    finally:
+        _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+    for entry in AllowListEntry.objects.filter(name__startswith="old-by-"):
+        assert entry.review == "stale", entry.name
+        verdict = check_runtime(body, allow_listed=True, review=entry.as_review())
+        assert verdict.refused and verdict.codes == ("runtime-changed-since-review",), entry.name
+        assert "re-approves it" in verdict.reasons[0].message

@@ -21,9 +21,15 @@ from dispatch_site import roles
 from dispatch_site.models import AuditEvent
 from dispatch_site.services import user_create
 from jobs.models import Job, JobState
-from runtimes.digest import changed_paths, spec_digest
+from runtimes.digest import changed_paths, review_digest, reviewed_metadata
 from runtimes.models import AllowListEntry
-from runtimes.reasons import REVIEW_CONTENT, REVIEW_MISSING, RUNTIME_CHANGED_SINCE_REVIEW, Review
+from runtimes.reasons import (
+    REVIEW_CONTENT,
+    REVIEW_MISSING,
+    REVIEW_STALE,
+    RUNTIME_CHANGED_SINCE_REVIEW,
+    Review,
+)
 from runtimes.rules import check_runtime
 from runtimes.tasks import runtimes_recheck
 from tests.support.dispatch import GROUP, VERSION, runtime_body, trainer_job
@@ -37,7 +43,7 @@ NODE = "spec.template.spec.replicatedJobs[0].template.spec.template.spec.contain
 
 def test_a_spec_that_is_no_longer_the_reviewed_one_is_refused_naming_the_changed_paths() -> None:
     reviewed = runtime_body("ClusterTrainingRuntime", "rt")
-    review = Review(REVIEW_CONTENT, spec_digest(reviewed), reviewed["spec"], "reviewed by pat at 2026-01-01")
+    review = _review_of(reviewed)
     assert check_runtime(reviewed, allow_listed=True, review=review).refused is False
 
     edited = runtime_body("ClusterTrainingRuntime", "rt")
@@ -54,12 +60,52 @@ def test_a_spec_that_is_no_longer_the_reviewed_one_is_refused_naming_the_changed
     assert "re-approves" in reason.message
 
 
-def test_an_entry_whose_runtime_could_not_be_read_is_not_reviewed_and_a_name_only_entry_is_not_compared() -> (
-    None
-):
+def _review_of(body: dict[str, Any]) -> Review:
+    return Review(
+        REVIEW_CONTENT,
+        review_digest(body),
+        body["spec"],
+        "reviewed by pat at 2026-01-01",
+        metadata=reviewed_metadata(body),
+    )
+
+
+def test_an_annotation_or_label_edited_since_the_review_is_a_change_naming_its_key() -> None:
+    """The review covers what changes behaviour beyond the spec (issue 33): dispatch's exec-containers
+    annotation chooses where a session's commands run, and labels are copied onto every job's objects."""
+    reviewed = runtime_body("ClusterTrainingRuntime", "rt")
+    reviewed["metadata"]["labels"] = {"trainer.kubeflow.org/framework": "torch"}
+    review = _review_of(reviewed)
+
+    annotated = runtime_body("ClusterTrainingRuntime", "rt")
+    annotated["metadata"]["labels"] = {"trainer.kubeflow.org/framework": "torch"}
+    annotated["metadata"]["annotations"] = {"dispatch.dev/exec-containers": "sidecar"}
+    [reason] = check_runtime(annotated, allow_listed=True, review=review).refusals
+    assert reason.code == CHANGED and reason.path == "metadata.annotations.dispatch.dev/exec-containers"
+    assert "differs from the reviewed runtime" in reason.message
+
+    relabelled = runtime_body("ClusterTrainingRuntime", "rt")
+    relabelled["metadata"]["labels"] = {"trainer.kubeflow.org/framework": "mpi"}
+    [reason] = check_runtime(relabelled, allow_listed=True, review=review).refusals
+    assert reason.path == "metadata.labels.trainer.kubeflow.org/framework"
+
+    # kubectl's record of the last apply says how the object was written, not what it does.
+    applied = runtime_body("ClusterTrainingRuntime", "rt")
+    applied["metadata"]["labels"] = {"trainer.kubeflow.org/framework": "torch"}
+    applied["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "{}"}
+    applied["metadata"]["resourceVersion"] = "42"
+    assert check_runtime(applied, allow_listed=True, review=review).refused is False
+
+
+def test_an_entry_whose_runtime_could_not_be_read_or_whose_review_is_stale_is_refused() -> None:
     body = runtime_body("ClusterTrainingRuntime", "rt")
     missing = check_runtime(body, allow_listed=True, review=Review(REVIEW_MISSING))
     assert missing.codes == (CHANGED,) and "nobody reviewed its content" in missing.reasons[0].message
+    stale = check_runtime(body, allow_listed=True, review=Review(REVIEW_STALE))
+    assert (
+        stale.codes == (CHANGED,) and "before a review covered what it covers now" in stale.reasons[0].message
+    )
+    # "name": a row written in code by name only (the suite's fixtures); the service never writes one.
     assert check_runtime(body, allow_listed=True, review=Review("name")).codes == ()
 
 
@@ -148,7 +194,7 @@ def test_a_namespace_member_edits_a_reviewed_runtime_and_it_is_refused_until_re_
     # A platform user reviews the change and re-approves: the new spec is what runs from now on.
     again = platform.post("/api/v1/runtimes/allow-list", entry, format="json")
     assert again.status_code == 200, again.json()
-    assert again.json()["review"]["spec_hash"] == spec_digest(body)
+    assert again.json()["review"]["spec_hash"] == review_digest(body)
     assert AuditEvent.objects.filter(action="runtime.reapprove", object_id__endswith="team-runtime").exists()
     assert user.post("/api/v1/plan", job_body, format="json").json()["refused"] is False
     assert AllowListEntry.objects.get(name="team-runtime").reviewed_spec == body["spec"]
@@ -176,7 +222,7 @@ def test_re_approving_through_the_page_records_the_new_spec(
     response = browser.post("/runtimes/allow/", form, follow=True)
     assert f"TrainingRuntime/{namespace}/team-runtime was re-approved." in response.content.decode()
     entry = AllowListEntry.objects.get(name="team-runtime")
-    assert entry.reviewed_hash == spec_digest(body) != first.reviewed_hash
+    assert entry.reviewed_hash == review_digest(body) != first.reviewed_hash
     assert (entry.review, entry.reviewed_by) == (REVIEW_CONTENT, "pat-page")
 
 
@@ -225,6 +271,52 @@ def test_a_session_on_a_runtime_edited_since_its_review_is_refused_until_re_appr
     assert (
         platform.post("/api/v1/runtimes/allow-list", entry, format="json").status_code == 200
     )  # re-approved
+    opened = user.post("/api/v1/sessions", session, format="json")
+    assert opened.status_code in (200, 201, 202), opened.content
+    closed = user.delete(f"/api/v1/sessions/{opened.json()['id']}?wait=60")
+    assert closed.status_code == 200, closed.content
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db
+def test_a_session_on_a_runtime_whose_exec_annotation_was_edited_is_refused_until_re_approved(
+    kube: Any, namespace: str, submitter: tuple[User, str], namespaced_runtime: Callable[..., Any]
+) -> None:
+    """A namespace member who may edit the runtime adds dispatch's exec-containers annotation after the
+    review, to move sessions' commands into another container: the spec is untouched, yet the open is
+    refused naming the annotation until a platform user re-approves (issue 33)."""
+    namespaced_runtime(allow=False)
+    _, platform_token = user_create(username="pat-exec", role=roles.PLATFORM, namespaces=["*"])
+    platform = _api(platform_token)
+    entry = {
+        "kind": "TrainingRuntime",
+        "namespace": namespace,
+        "name": "team-runtime",
+        "purposes": ["sessions"],
+    }
+    assert platform.post("/api/v1/runtimes/allow-list", entry, format="json").status_code == 201
+    body = kube.custom.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "trainingruntimes", "team-runtime"
+    )
+    body["metadata"].setdefault("annotations", {})["dispatch.dev/exec-containers"] = "node"
+    kube.custom.replace_namespaced_custom_object(
+        GROUP, VERSION, namespace, "trainingruntimes", "team-runtime", body
+    )
+    gateway.forget_cached_runtimes()
+    user = _api(submitter[1])
+    session = {
+        "runtime": {"kind": "TrainingRuntime", "name": "team-runtime"},
+        "namespace": namespace,
+        "image": "localhost/trainer:v1",
+        "num_nodes": 1,
+    }
+    refused = user.post("/api/v1/sessions", session, format="json")
+    assert refused.status_code == 422, refused.content
+    [reason] = [r for r in refused.json()["reasons"] if r["code"] == CHANGED]
+    assert "metadata.annotations.dispatch.dev/exec-containers" in reason["message"]
+    assert kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs")["items"] == []
+
+    assert platform.post("/api/v1/runtimes/allow-list", entry, format="json").status_code == 200
     opened = user.post("/api/v1/sessions", session, format="json")
     assert opened.status_code in (200, 201, 202), opened.content
     closed = user.delete(f"/api/v1/sessions/{opened.json()['id']}?wait=60")

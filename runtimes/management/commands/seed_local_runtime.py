@@ -7,16 +7,19 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from runtimes import services
+from runtimes.models import ReviewState
 from runtimes.selectors import allow_list_entry
 
 
 class Command(BaseCommand):
     help = (
-        "Allow-list ClusterTrainingRuntime dispatch-kind for jobs and sessions, unless it is listed already."
+        "Allow-list ClusterTrainingRuntime dispatch-kind for jobs and sessions, unless it is listed already "
+        "(an entry whose review predates what reviews cover now is re-approved: it is the local example)."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if allow_list_entry("ClusterTrainingRuntime", "", "dispatch-kind") is not None:
+        entry = allow_list_entry("ClusterTrainingRuntime", "", "dispatch-kind")
+        if entry is not None and entry.review != ReviewState.STALE:
             return
         services.allow_list_add(
             actor=None,
@@ -27,4 +30,6 @@ class Command(BaseCommand):
             for_sessions=True,
             note="the local control plane's example runtime (make up)",
         )
-        self.stdout.write("allow-listed ClusterTrainingRuntime/dispatch-kind")
+        self.stdout.write(
+            f"{'allow-listed' if entry is None else 're-approved'} ClusterTrainingRuntime/dispatch-kind"
+        )

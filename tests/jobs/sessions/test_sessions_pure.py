@@ -31,7 +31,7 @@ from jobs.sessions.rules import (
     trainer_pod_claims,
 )
 from jobs.spec import RuntimeRef
-from runtimes.digest import spec_digest
+from runtimes.digest import review_digest, reviewed_metadata
 from runtimes.reasons import REVIEW_CONTENT, AllowListMiss, Review
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "dispatch-kind.yaml"
@@ -108,7 +108,13 @@ def test_not_allowed_for_sessions_and_not_found_are_both_reported() -> None:
 
 def test_a_runtime_changed_since_its_review_serves_no_session() -> None:
     reviewed = _plain()
-    review = Review(REVIEW_CONTENT, spec_digest(reviewed), copy.deepcopy(reviewed["spec"]), "reviewed by pat")
+    review = Review(
+        REVIEW_CONTENT,
+        review_digest(reviewed),
+        copy.deepcopy(reviewed["spec"]),
+        "reviewed by pat",
+        metadata=reviewed_metadata(reviewed),
+    )
     assert session_runtime_check(reviewed, miss=None, ref="ClusterTrainingRuntime/x", review=review)[0] == []
     edited = copy.deepcopy(reviewed)
     pod = edited["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
