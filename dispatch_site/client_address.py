@@ -25,6 +25,17 @@ class BadProxy(ValueError):
     pass
 
 
+# Headers a proxy adds (WSGI environ / request.META names). A request carrying any of them came through a
+# proxy, so its TCP peer (REMOTE_ADDR) is the proxy's address, never the caller's: /readyz and /metrics never
+# count such a request as coming from the address they trust.
+PROXY_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_X_REAL_IP", "HTTP_FORWARDED")
+
+
+def proxied(meta: object) -> bool:
+    """Whether a request's META (or WSGI environ) says it came through a proxy."""
+    return any(header in meta for header in PROXY_HEADERS)  # type: ignore[operator]
+
+
 def parse_networks(entries: Iterable[str]) -> tuple[Network, ...]:
     """Addresses and CIDRs ("10.0.0.0/8", "192.0.2.7", "fd00::/8") as networks; BadProxy names a bad one."""
     networks = []

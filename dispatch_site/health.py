@@ -25,6 +25,7 @@ from django.views.decorators.http import require_GET
 from rest_framework.exceptions import AuthenticationFailed
 
 from dispatch_site import roles
+from dispatch_site.client_address import proxied
 
 logger = logging.getLogger(__name__)
 
@@ -73,11 +74,8 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
-PROXY_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_X_REAL_IP", "HTTP_FORWARDED")
-
-
 def _direct_caller_on_the_list(request: HttpRequest) -> bool:
-    if any(header in request.META for header in PROXY_HEADERS):
+    if proxied(request.META):
         return False
     return request.META.get("REMOTE_ADDR", "") in settings.READYZ_DETAIL_ADDRESSES
 

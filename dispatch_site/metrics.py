@@ -19,9 +19,13 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from dispatch_site.client_address import proxied
 
 logger = logging.getLogger(__name__)
 
@@ -186,13 +190,48 @@ def exposition() -> tuple[bytes, str]:
 LOOPBACK = frozenset({"127.0.0.1", "::1"})
 
 
-def scrape_allowed(token: str, authorization: str, remote_addr: str) -> bool:
+def scrape_allowed(token: str, authorization: str, remote_addr: str, *, via_proxy: bool) -> bool:
     """With METRICS_TOKEN set, a scrape must send `Authorization: Bearer <token>`; without it only this host
-    (loopback) may scrape."""
+    (loopback) may scrape, and only directly: behind a proxy on this host (a sidecar, an ingress on the node)
+    every caller's peer address is the proxy's loopback one."""
     if token:
         scheme, _, presented = authorization.partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(presented.strip(), token)
-    return remote_addr in LOOPBACK
+    return remote_addr in LOOPBACK and not via_proxy
+
+
+REFUSED_WITH_TOKEN = "a scrape needs Authorization: Bearer <METRICS_TOKEN>\n"
+REFUSED_WITHOUT_TOKEN = (
+    "metrics answer this host only, and not through a proxy; "
+    "set METRICS_TOKEN to let a scraper elsewhere in\n"
+)
+
+
+def _guarded(app: Any, token: str) -> Any:
+    """The process metrics' WSGI app behind the same rule as the web's /metrics (scrape_allowed)."""
+
+    def guarded(environ: dict[str, Any], start_response: Any) -> Any:
+        allowed = scrape_allowed(
+            token,
+            str(environ.get("HTTP_AUTHORIZATION", "")),
+            str(environ.get("REMOTE_ADDR", "")),
+            via_proxy=proxied(environ),
+        )
+        if allowed:
+            return app(environ, start_response)
+        headers = [("Content-Type", "text/plain; charset=utf-8")]
+        if token:
+            start_response("401 Unauthorized", [*headers, ("WWW-Authenticate", 'Bearer realm="metrics"')])
+            return [REFUSED_WITH_TOKEN.encode()]
+        start_response("403 Forbidden", headers)
+        return [REFUSED_WITHOUT_TOKEN.encode()]
+
+    return guarded
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not logged (one line every few seconds per scraper)."""
 
 
 # ---------------------------------------------------------------- worker and supervisor pods
@@ -202,19 +241,30 @@ PORT_ENV = "METRICS_PORT"
 
 def serve_process_metrics() -> int | None:
     """A pod without the web (Celery worker, supervisor) serves its own processes' metrics on METRICS_PORT
-    (plain HTTP, every address: protect it with a network rule); the database's figures come from the web's
-    /metrics. Returns the port, or None when METRICS_PORT is unset."""
+    (plain HTTP, every address), under the web's rule: the scraper sends METRICS_TOKEN as a Bearer token, or,
+    with no token set, only this host may scrape. The database's figures come from the web's /metrics.
+    Returns the port, or None when METRICS_PORT is unset."""
     raw = os.environ.get(PORT_ENV, "").strip()
     if not raw:
         return None
-    from prometheus_client import start_http_server
+    from django.conf import settings
+    from prometheus_client import make_wsgi_app
+    from prometheus_client.exposition import ThreadingWSGIServer
 
     served = CollectorRegistry()
     if _multiproc_dir:
         multiprocess.MultiProcessCollector(served)
     else:
         served = REGISTRY
-    start_http_server(int(raw), addr=os.environ.get("METRICS_ADDR", "0.0.0.0"), registry=served)
+    app = _guarded(make_wsgi_app(served), str(settings.METRICS_TOKEN))
+    server = make_server(
+        os.environ.get("METRICS_ADDR", "0.0.0.0"),
+        int(raw),
+        app,
+        ThreadingWSGIServer,
+        handler_class=_QuietHandler,
+    )
+    threading.Thread(target=server.serve_forever, name="process-metrics", daemon=True).start()
     logger.info("metrics of this pod's processes on port %s", raw)
     return int(raw)
 

@@ -1,5 +1,6 @@
 """GET /metrics: the Prometheus exposition (dispatch_site.metrics), for a scraper holding METRICS_TOKEN (as
-`Authorization: Bearer <token>`), or for this host alone when no token is configured."""
+`Authorization: Bearer <token>`), or for this host alone, directly (not through a proxy), when no token is
+configured."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from dispatch_site import metrics
+from dispatch_site.client_address import proxied
 
 
 @require_GET
@@ -16,15 +18,16 @@ from dispatch_site import metrics
 def metrics_view(request: HttpRequest) -> HttpResponse:
     token = str(settings.METRICS_TOKEN)
     allowed = metrics.scrape_allowed(
-        token, request.headers.get("Authorization", ""), str(request.META.get("REMOTE_ADDR", ""))
+        token,
+        request.headers.get("Authorization", ""),
+        str(request.META.get("REMOTE_ADDR", "")),
+        via_proxy=proxied(request.META),
     )
     if not allowed:
         if token:
-            response = HttpResponse("a scrape needs Authorization: Bearer <METRICS_TOKEN>\n", status=401)
+            response = HttpResponse(metrics.REFUSED_WITH_TOKEN, status=401)
             response["WWW-Authenticate"] = 'Bearer realm="metrics"'
             return response
-        return HttpResponse(
-            "/metrics answers this host only; set METRICS_TOKEN to let a scraper elsewhere in\n", status=403
-        )
+        return HttpResponse(metrics.REFUSED_WITHOUT_TOKEN, status=403)
     body, content_type = metrics.exposition()
     return HttpResponse(body, content_type=content_type)

@@ -48,6 +48,16 @@ def test_without_a_token_only_this_host_may_scrape(settings: Any) -> None:
     assert refused.status_code == 403 and b"METRICS_TOKEN" in refused.content
 
 
+@pytest.mark.parametrize("header", ["HTTP_X_FORWARDED_FOR", "HTTP_X_REAL_IP", "HTTP_FORWARDED"])
+def test_behind_a_proxy_on_this_host_loopback_is_not_trusted(settings: Any, header: str) -> None:
+    """A proxy on the same host (a sidecar, an ingress on the node) makes every caller's peer 127.0.0.1: a
+    request that came through one is not this host's, as /readyz already judged (issue 33)."""
+    settings.METRICS_TOKEN = ""
+    meta: dict[str, Any] = {"REMOTE_ADDR": "127.0.0.1", header: "203.0.113.9"}
+    refused = Client().get("/metrics", **meta)
+    assert refused.status_code == 403 and b"not through a proxy" in refused.content
+
+
 def test_with_a_token_a_scraper_anywhere_needs_it(settings: Any) -> None:
     settings.METRICS_TOKEN = "s3cret-scrape-token"
     assert Client().get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 401
@@ -159,15 +169,23 @@ def test_requests_are_counted_by_a_few_fixed_verbs_and_kinds(
     assert request_labels(method, args) == expected
 
 
-def test_a_worker_or_supervisor_pod_serves_its_processes_metrics_on_metrics_port(monkeypatch: Any) -> None:
-    import requests
-
+def _process_metrics_port(monkeypatch: Any) -> int:
     from tests.client.conftest import free_port
 
     port = free_port()
     monkeypatch.setenv("METRICS_PORT", str(port))
     monkeypatch.setenv("METRICS_ADDR", "127.0.0.1")
     assert metrics.serve_process_metrics() == port
+    return port
+
+
+def test_a_worker_or_supervisor_pod_serves_its_processes_metrics_on_metrics_port(
+    monkeypatch: Any, settings: Any
+) -> None:
+    import requests
+
+    settings.METRICS_TOKEN = ""
+    port = _process_metrics_port(monkeypatch)
     metrics.KUBERNETES_REQUESTS.labels("get", "Pod", "200").inc()
     text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     assert (
@@ -177,5 +195,28 @@ def test_a_worker_or_supervisor_pod_serves_its_processes_metrics_on_metrics_port
         >= 1
     )
     assert "dispatch_jobs" not in text  # the database's figures are the web's
+    # Through a proxy on this host, loopback is not this host's own scrape.
+    proxied = requests.get(
+        f"http://127.0.0.1:{port}/metrics", headers={"X-Forwarded-For": "1.2.3.4"}, timeout=5
+    )
+    assert proxied.status_code == 403 and "dispatch_" not in proxied.text
     monkeypatch.delenv("METRICS_PORT")
     assert metrics.serve_process_metrics() is None
+
+
+def test_a_worker_or_supervisor_metrics_port_needs_the_scrape_token_when_one_is_set(
+    monkeypatch: Any, settings: Any
+) -> None:
+    """The worker's and supervisor's port serves on every address of its pod: with METRICS_TOKEN set it asks
+    for it as the web's /metrics does, so a training pod that can reach the port reads nothing (issue 33)."""
+    import requests
+
+    settings.METRICS_TOKEN = "s3cret-scrape-token"
+    port = _process_metrics_port(monkeypatch)
+    url = f"http://127.0.0.1:{port}/metrics"
+    anonymous = requests.get(url, timeout=5)
+    assert anonymous.status_code == 401 and anonymous.headers["WWW-Authenticate"].startswith("Bearer")
+    assert "dispatch_" not in anonymous.text
+    assert requests.get(url, headers={"Authorization": "Bearer wrong"}, timeout=5).status_code == 401
+    scraped = requests.get(url, headers={"Authorization": "Bearer s3cret-scrape-token"}, timeout=5)
+    assert scraped.status_code == 200 and "dispatch_kubernetes_requests" in scraped.text
