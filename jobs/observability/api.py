@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 
 from dispatch_site.api import DetailSerializer, StrictSerializer
 from jobs import selectors
-from jobs.observability import feed, payloads, webhooks
+from jobs.observability import cursors, feed, payloads, webhooks
 from jobs.observability.models import WebhookDelivery, WebhookEndpoint
 
 # ---------------------------------------------------------------- the change feed
@@ -61,10 +61,10 @@ class EventsApi(APIView):
         parameters=[
             OpenApiParameter(
                 "after",
-                {"type": "string", "pattern": r"^([0-9]{1,18}|now)?$"},
+                {"type": "string", "pattern": rf"^({cursors.PATTERN}|now)?$"},
                 required=False,
-                description="a cursor from an earlier answer; empty: from the beginning; 'now': no events, "
-                "only the cursor of the newest change",
+                description="a cursor from an earlier answer to you (opaque); empty: from the beginning; "
+                "'now': no events, only the cursor of the newest change",
             ),
             OpenApiParameter(
                 "limit", {"type": "integer", "minimum": 1, "maximum": feed.PAGE_MAX}, required=False
@@ -77,7 +77,7 @@ class EventsApi(APIView):
     def get(self, request: Request) -> Response:
         params = request.query_params
         try:
-            after = feed.parse_cursor(params.get("after"))
+            after = feed.parse_cursor(params.get("after"), user_id=int(request.user.pk or 0))
         except feed.BadCursor as exc:
             raise ValidationError({"after": [str(exc)]}) from None
         raw_limit = params.get("limit", str(feed.PAGE))
@@ -86,7 +86,7 @@ class EventsApi(APIView):
         changes = feed.visible_changes(request.user, selectors.jobs_visible_to(request.user))
         if params.get("job"):
             changes = changes.filter(job_id=params["job"])
-        page = feed.read(changes, after=after, limit=int(raw_limit))
+        page = feed.read(changes, after=after, user_id=int(request.user.pk or 0), limit=int(raw_limit))
         return Response({"events": page.items, "cursor": page.cursor, "more": page.more})
 
 
@@ -278,12 +278,20 @@ class AttemptSerializer(serializers.Serializer):
     error = serializers.CharField()
 
 
+class SealedCursorField(serializers.CharField):
+    """A feed position as its reader gets it: sealed for the user in the serializer's context
+    (jobs.observability.cursors), never the platform-wide number."""
+
+    def to_representation(self, value: Any) -> str:
+        return cursors.seal(int(value), int(self.context["user_id"]))
+
+
 class DeliverySerializer(serializers.Serializer):
     id = serializers.IntegerField()
     msg_id = serializers.CharField(help_text="the webhook-id header, the same on every attempt")
     event_type = serializers.CharField()
     job = serializers.CharField(source="job_id")
-    cursor = serializers.CharField(source="seq")
+    cursor = SealedCursorField(source="seq", help_text="read older ones with ?before=<cursor>")
     state = serializers.CharField()
     attempts = serializers.IntegerField()
     next_attempt_at = serializers.DateTimeField(help_text="pending: when it is tried next")
@@ -302,9 +310,9 @@ class WebhookDeliveriesApi(APIView):
             OpenApiParameter("state", str, required=False, enum=["", "pending", "delivered", "failed"]),
             OpenApiParameter(
                 "before",
-                {"type": "string", "pattern": "^[0-9]{1,18}$"},
+                {"type": "string", "pattern": f"^{cursors.PATTERN}$"},
                 required=False,
-                description="deliveries older than this cursor",
+                description="deliveries older than this cursor (a delivery's, from an earlier answer to you)",
             ),
         ],
         responses=DeliverySerializer(many=True),
@@ -320,8 +328,9 @@ class WebhookDeliveriesApi(APIView):
             deliveries = deliveries.filter(state=state)
         before = request.query_params.get("before", "")
         if before:
-            if not (before.isascii() and before.isdigit()) or len(before) > 18:
-                raise ValidationError({"before": ["a cursor from this list"]})
-            deliveries = deliveries.filter(seq__lt=int(before))
+            try:
+                deliveries = deliveries.filter(seq__lt=cursors.unseal(before, int(request.user.pk or 0)))
+            except cursors.BadCursor:
+                raise ValidationError({"before": ["a cursor from this list"]}) from None
         rows: list[Any] = list(deliveries.order_by("-seq")[:100])
-        return Response(DeliverySerializer(rows, many=True).data)
+        return Response(DeliverySerializer(rows, many=True, context={"user_id": request.user.pk}).data)

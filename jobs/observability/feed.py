@@ -16,7 +16,8 @@ from django.db import connection, transaction
 from django.db.models import Count, Max, QuerySet
 
 from jobs.models import Job
-from jobs.observability import payloads
+from jobs.observability import cursors, payloads
+from jobs.observability.cursors import BadCursor as BadCursor  # what parse_cursor raises
 from jobs.observability.models import Change
 
 # pg_advisory_xact_lock key: "dispatch feed sequencer" (any constant the application uses for nothing else).
@@ -25,10 +26,6 @@ BATCH = 5000
 NOW = "now"
 PAGE = 100
 PAGE_MAX = 1000
-
-
-class BadCursor(ValueError):
-    pass
 
 
 def sequence() -> int:
@@ -56,16 +53,14 @@ def sequence() -> int:
             return numbered
 
 
-def parse_cursor(raw: str | None) -> int | None:
+def parse_cursor(raw: str | None, *, user_id: int) -> int | None:
     """The seq after which to read: "" or None from the start, "now" from the newest (None here), else a
-    number this feed handed out."""
+    cursor this feed handed to this user (jobs.observability.cursors); BadCursor otherwise."""
     if raw is None or raw == "":
         return 0
     if raw == NOW:
         return None
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
-        raise BadCursor(f"{raw!r} is not a cursor of this feed (a number it returned, or 'now')")
-    return int(raw)
+    return cursors.unseal(raw, user_id)
 
 
 def visible_changes(user: Any, visible_jobs: QuerySet[Job]) -> QuerySet[Change]:
@@ -88,11 +83,12 @@ class FeedPage:
     more: bool  # another page follows at once
 
 
-def read(changes: QuerySet[Change], *, after: int | None, limit: int = PAGE) -> FeedPage:
-    """Up to `limit` changes after the cursor, oldest first. Numbers the outbox first (sequence)."""
+def read(changes: QuerySet[Change], *, after: int | None, user_id: int, limit: int = PAGE) -> FeedPage:
+    """Up to `limit` changes after the cursor, oldest first, their cursors sealed for `user_id`. Numbers the
+    outbox first (sequence)."""
     sequence()
     if after is None:
-        return FeedPage(items=[], cursor=str(latest_seq()), more=False)
+        return FeedPage(items=[], cursor=cursors.seal(latest_seq(), user_id), more=False)
     rows = list(
         changes.filter(seq__gt=after)
         .order_by("seq")
@@ -114,7 +110,7 @@ def read(changes: QuerySet[Change], *, after: int | None, limit: int = PAGE) -> 
     rows = rows[:limit]
     items = [
         payloads.feed_item(
-            seq=int(seq or 0),
+            cursor=cursors.seal(int(seq or 0), user_id),
             job_id=job_id,
             namespace=ns,
             kind=kind,
@@ -130,7 +126,7 @@ def read(changes: QuerySet[Change], *, after: int | None, limit: int = PAGE) -> 
     ]
     # Nothing visible after the cursor: move it to the newest seq, so the next read starts there (every row up
     # to it is numbered already and can no longer appear).
-    cursor = items[-1]["cursor"] if items else str(max(after, latest_seq()))
+    cursor = items[-1]["cursor"] if items else cursors.seal(max(after, latest_seq()), user_id)
     return FeedPage(items=items, cursor=cursor, more=more)
 
 

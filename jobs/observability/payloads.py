@@ -102,7 +102,7 @@ def _short_message(message: str) -> str:
 
 def feed_item(
     *,
-    seq: int,
+    cursor: str,
     job_id: str,
     namespace: str,
     kind: str,
@@ -116,7 +116,7 @@ def feed_item(
 ) -> dict[str, Any]:
     """One change as the feed (GET /api/v1/events) and a webhook message's `data` show it."""
     return {
-        "cursor": str(seq),
+        "cursor": cursor,  # sealed for its reader (jobs.observability.cursors)
         "type": type_,
         "kind": kind,
         "job": job_id,

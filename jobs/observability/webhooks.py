@@ -38,7 +38,7 @@ from django.utils import timezone
 from dispatch_site import metrics, roles
 from dispatch_site.audit import audit_record
 from jobs import enqueue
-from jobs.observability import feed, payloads, signing, webhook_send
+from jobs.observability import cursors, feed, payloads, signing, webhook_send
 from jobs.observability.models import (
     Change,
     DeliveryState,
@@ -289,10 +289,9 @@ def _scope(endpoint: WebhookEndpoint) -> QuerySet[Change]:
     return changes
 
 
-def _payload(change: Change) -> dict[str, Any]:
-    assert change.seq is not None
+def _payload(change: Change, cursor: str) -> dict[str, Any]:
     return payloads.feed_item(
-        seq=change.seq,
+        cursor=cursor,
         job_id=change.job_id,
         namespace=change.namespace,
         kind=change.kind,
@@ -303,6 +302,22 @@ def _payload(change: Change) -> dict[str, Any]:
         attempt=change.attempt,
         at=change.at,
         data=change.data,
+    )
+
+
+def _delivery(endpoint: WebhookEndpoint, change: Change, now: datetime) -> WebhookDelivery:
+    seq = int(change.seq or 0)
+    # Sealed for the owner: neither the message id nor its cursor says anything of others' activity.
+    cursor = cursors.seal(seq, endpoint.owner_id)
+    return WebhookDelivery(
+        endpoint=endpoint,
+        change=change,
+        job_id=change.job_id,
+        seq=seq,
+        msg_id=f"msg_{endpoint.pk}_{cursor}",
+        event_type=change.type,
+        payload=payloads.message_body(change.type, change.at, _payload(change, cursor)),
+        next_attempt_at=now,
     )
 
 
@@ -334,19 +349,7 @@ def fanout() -> int:
                 )
                 now = timezone.now()
                 WebhookDelivery.objects.bulk_create(
-                    [
-                        WebhookDelivery(
-                            endpoint=endpoint,
-                            change=change,
-                            job_id=change.job_id,
-                            seq=int(change.seq or 0),
-                            msg_id=f"msg_{endpoint.pk}_{change.seq}",
-                            event_type=change.type,
-                            payload=payloads.message_body(change.type, change.at, _payload(change)),
-                            next_attempt_at=now,
-                        )
-                        for change in rows
-                    ],
+                    [_delivery(endpoint, change, now) for change in rows],
                     ignore_conflicts=True,
                 )
                 done = len(rows) < FANOUT_BATCH

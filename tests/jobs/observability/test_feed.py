@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 from dispatch_site import roles
 from jobs.models import Job, JobEvent, JobState
 from jobs.naming import new_job_id
-from jobs.observability import feed
+from jobs.observability import cursors, feed
 from jobs.observability.models import Change
 from jobs.submission import records
 
@@ -141,14 +141,16 @@ def test_after_now_limit_and_bad_cursors(people: dict[str, tuple[User, str]], an
     for _ in range(3):
         make_job(uma, state=JobState.PENDING)
     now = _events(_api(token), after="now")
-    assert now["events"] == [] and now["cursor"] == str(Change.objects.order_by("-seq").first().seq)  # type: ignore[union-attr]
+    newest = Change.objects.order_by("-seq").first()
+    assert newest is not None and newest.seq is not None
+    assert now["events"] == [] and cursors.unseal(now["cursor"], uma.pk) == newest.seq
     later = make_job(uma, state=JobState.PENDING)
     assert [e["job"] for e in _events(_api(token), after=now["cursor"])["events"]] == [later.pk]
     first = _events(_api(token), limit=2)
     assert len(first["events"]) == 2 and first["more"] is True
     rest = _events(_api(token), after=first["cursor"], limit=2)
     assert len(rest["events"]) == 2 and rest["more"] is False
-    for bad in ("abc", "-1", "1" * 30):
+    for bad in ("abc", "-1", "1" * 30, "5", "A" * 22):
         response = _api(token).get("/api/v1/events", {"after": bad})
         assert response.status_code == 400 and "after" in response.json()
     for bad in ("0", "1001", "x"):
@@ -201,7 +203,7 @@ def test_a_change_that_commits_after_a_later_one_is_not_skipped(people: dict[str
         thread.join(30)
     second = _events(api, after=first["cursor"])
     assert [e["message"] for e in second["events"]] == ["A: inserted first, committed last"]
-    assert int(second["cursor"]) > int(first["cursor"])
+    assert cursors.unseal(second["cursor"], uma.pk) > cursors.unseal(first["cursor"], uma.pk)
 
 
 def test_the_sequencer_numbers_only_committed_rows_in_id_order(people: dict[str, tuple[User, str]]) -> None:
@@ -212,3 +214,33 @@ def test_the_sequencer_numbers_only_committed_rows_in_id_order(people: dict[str,
     assert feed.sequence() == 0
     ordered = list(Change.objects.order_by("seq").values_list("job_id", flat=True))
     assert ordered == [j.pk for j in jobs]
+
+
+def test_a_cursor_says_nothing_of_other_teams_activity(people: dict[str, tuple[User, str]]) -> None:
+    """The feed's positions are one platform-wide counter. Handed out as numbers, ?after=now and the gaps
+    between a user's own changes told anyone how busy every other team is (issue 33). Cursors are sealed:
+    while bob's team makes 50 changes, uma's cursor from 'now' and her own changes' cursors carry no count
+    of them, and a number, or a cursor sealed for bob, is not hers to read from."""
+    uma, uma_token = people["uma"]
+    bob, bob_token = people["bob"]
+    mine = make_job(uma, state=JobState.PENDING)
+    before = _events(_api(uma_token), after="now")["cursor"]
+    for _ in range(25):
+        make_job(bob, state=JobState.PENDING, namespace="team-b")
+    after_bob = _events(_api(uma_token), after="now")["cursor"]
+    _transition(mine, "pending", "queued")
+    own = _events(_api(uma_token))["events"]
+    shown = [before, after_bob, *(e["cursor"] for e in own)]
+    for cursor in shown:
+        assert len(cursor) == cursors.LENGTH and not cursor.isdigit(), cursor
+    # The same position, sealed for another user, is another string and no cursor of hers.
+    bobs_now = _events(_api(bob_token), after="now")["cursor"]
+    assert bobs_now != after_bob
+    refused = _api(uma_token).get("/api/v1/events", {"after": bobs_now})
+    assert refused.status_code == 400 and "after" in refused.json()
+    # A bare position is refused: a user cannot probe where her own changes sit on the platform's counter.
+    seq = Change.objects.filter(job=mine).order_by("seq").first()
+    assert seq is not None
+    assert _api(uma_token).get("/api/v1/events", {"after": str(seq.seq)}).status_code == 400
+    # Her own cursors still read on exactly where they should.
+    assert [e["job"] for e in _events(_api(uma_token), after=before)["events"]] == [mine.pk]

@@ -19,6 +19,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from dispatch_site import roles
 from dispatch_site.services import user_create
 from jobs.models import Job, JobState
+from jobs.observability import cursors
 from jobs.observability.models import WebhookEndpoint
 from runtimes.models import AllowListEntry
 from tests.jobs.observability.conftest import Receiver, Stack, wait_until
@@ -34,6 +35,10 @@ def user(namespace: str) -> dict[str, Any]:
     name = f"w-{uuid.uuid4().hex[:6]}"
     account, token = user_create(username=name, role=roles.USER, namespaces=[namespace])
     return {"user": account, "token": token, "namespace": namespace}
+
+
+def _owner_id(endpoint: dict[str, Any]) -> int:
+    return int(WebhookEndpoint.objects.values_list("owner_id", flat=True).get(pk=endpoint["id"]))
 
 
 def _job(namespace: str, env: dict[str, str] | None = None, runtime: str = "dispatch-kind") -> dict[str, Any]:
@@ -91,8 +96,9 @@ def test_a_receiver_answering_500_three_times_gets_the_message_on_the_fourth_att
     ]
     assert states[0] == ("", "pending") and states[-1][1] == "succeeded"
     assert "queued" in [to for _, to in states]  # and "running" when a cycle saw it run (a 3 s run: usually)
-    cursors = [int(m["data"]["cursor"]) for m in messages]
-    assert cursors == sorted(cursors), "in the order the changes happened"
+    # The cursors are sealed for the endpoint's owner (the stack shares this checkout's SECRET_KEY).
+    places = [cursors.unseal(m["data"]["cursor"], _owner_id(endpoint)) for m in messages]
+    assert places == sorted(places), "in the order the changes happened"
     assert {m["data"]["job"] for m in messages} == {job}
     # Nothing was sent before the first message got through (the job's line waited behind it).
     assert {r.headers["webhook-id"] for r in receiver.received[:4]} == {first_id}
@@ -163,9 +169,10 @@ def test_each_jobs_events_arrive_in_order_while_a_receiver_keeps_failing_some(
     wait_until(finished, 90, "every job's last message", stack)
     messages = _verified(receiver, endpoint["secret"])
     for job in jobs:
-        cursors = [int(m["data"]["cursor"]) for m in messages if m["data"]["job"] == job]
+        owner = _owner_id(endpoint)
+        places = [cursors.unseal(m["data"]["cursor"], owner) for m in messages if m["data"]["job"] == job]
         # submitted, queued, (running: a fast job may be seen succeeded straight from queued), succeeded
-        assert cursors == sorted(cursors) and len(cursors) == len(set(cursors)) >= 3, (job, cursors)
+        assert places == sorted(places) and len(places) == len(set(places)) >= 3, (job, places)
     assert any(r.status == 503 for r in receiver.received)
 
 
