@@ -336,6 +336,9 @@ class Session(models.Model):
     # the platform changed the site's domain ("" on rows older than this field: the site's current domain).
     label_domain = models.CharField(max_length=253, blank=True, default="")
     trainjob_uid = models.CharField(max_length=64, blank=True, default="")
+    # The Kueue LocalQueue the session's TrainJob names ("" without Kueue): its queue_name, else the
+    # namespace's default queue, fixed at open. Kueue admits it against the queue's quota as it does a job.
+    queue = models.CharField(max_length=253, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)  # running since

@@ -411,10 +411,12 @@ class Client:
         timeout_seconds: int | None = None,
         name: str | None = None,
         wait: int | None = None,
+        queue_name: str | None = None,
     ) -> SessionInfo:
         """Creates a session (its TrainJob) and returns it as the API reports it, usually ``starting``.
         ``command`` replaces the keep-alive ``sleep infinity`` (a string runs with ``sh -c``); ``name``
-        names the TrainJob (default: the session id). ``wait`` (seconds, at most 300) lets the service
+        names the TrainJob (default: the session id); ``queue_name`` the Kueue LocalQueue (default: the
+        namespace's default queue, if the site sets one). ``wait`` (seconds, at most 300) lets the service
         hold the answer until the session runs."""
         body: dict[str, Any] = {
             "runtime": RuntimeRef.parse(runtime).to_api(),
@@ -431,6 +433,8 @@ class Client:
             body["timeout_seconds"] = timeout_seconds
         if name:
             body["name"] = name
+        if queue_name:
+            body["queue_name"] = queue_name
         params = {"wait": wait} if wait else None
         read = None if not wait else self.timeout[1] + wait
         _, data = self.request("POST", "/api/v1/sessions", json=body, params=params, read_timeout=read)

@@ -28,7 +28,7 @@ from dispatch_site.roles import NamespaceNotGranted
 from dispatch_site.schema import NOT_BLANK
 from jobs.models import Session, SessionState
 from jobs.naming import JOB_ID_PREFIX, JOB_ID_RANDOM_CHARS, trainjob_name_prefix
-from jobs.serializers import EnvField, ImageField, JobSpecSerializer, RuntimeRefSerializer
+from jobs.serializers import EnvField, ImageField, JobSpecSerializer, QueueNameField, RuntimeRefSerializer
 from jobs.sessions import errors, execute, rules, selectors, services
 from jobs.spec import ARGS_MAX_ITEMS, NUM_NODES_MAX, RuntimeRef
 from runtimes.api import ReasonSerializer
@@ -88,7 +88,12 @@ class SessionOpenSerializer(StrictSerializer):
         min_value=1,
         max_value=settings.SESSION_OPEN_TIMEOUT_MAX_SECONDS,
         help_text="how long the trainer pod may take to run (default "
-        f"{settings.SESSION_OPEN_TIMEOUT_SECONDS})",
+        f"{settings.SESSION_OPEN_TIMEOUT_SECONDS}), including its wait for Kueue's admission",
+    )
+    queue_name = QueueNameField(
+        required=False,
+        help_text="the Kueue LocalQueue in the session's namespace; absent: the namespace's default queue, "
+        "if the site sets one (sessions are admitted against the same quota as jobs)",
     )
 
     # The job request's own checks: env names the TrainJob accepts, and a
@@ -110,6 +115,7 @@ class SessionOpenSerializer(StrictSerializer):
             command=tuple(data["command"]) if data.get("command") else None,
             timeout_seconds=data.get("timeout_seconds"),
             name=data.get("name"),
+            queue_name=data.get("queue_name"),
         )
 
 
@@ -205,6 +211,7 @@ class SessionSerializer(serializers.ModelSerializer):
             "num_nodes",
             "command",
             "timeout_seconds",
+            "queue",
             "state",
             "message",
             "warning",

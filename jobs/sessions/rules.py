@@ -413,6 +413,7 @@ def decide_start(
         f"trainer pod {pod.name} is {pod.phase}"
         if pod is not None
         else f"no pod of replicated job {session.trainer_replicated_job!r} exists yet"
+        + (f": Kueue had not admitted it from LocalQueue {session.queue}" if session.queue else "")
     )
     return StartDecision(
         SessionState.FAILED,
@@ -439,6 +440,7 @@ class SessionRequest:
     command: tuple[str, ...] | None = None
     timeout_seconds: int | None = None
     name: str | None = None
+    queue_name: str | None = None  # the Kueue LocalQueue; None: the namespace's default queue, if any
 
 
 def session_spec(request: SessionRequest) -> JobSpec:
@@ -451,6 +453,7 @@ def session_spec(request: SessionRequest) -> JobSpec:
         args=() if request.command else KEEP_ALIVE_COMMAND[1:],
         env=tuple(request.env.items()),
         num_nodes=request.num_nodes,
+        queue_name=request.queue_name,
     )
 
 
@@ -458,11 +461,15 @@ def session_objects(
     *, session: Session, spec: JobSpec, runtime: Mapping[str, Any], label_domain: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The TrainingRuntime copy and the TrainJob, built as a job's (attempt 1 of "job" <session id>), then
-    named after the session and marked as a session's. Pure."""
+    named after the session and marked as a session's. A session whose namespace queues through Kueue
+    (session.queue: its queue_name, else the namespace's default queue) carries the queue label as a job
+    does, so Kueue admits it against the same quota. Pure."""
     training_runtime = build_training_runtime(
         spec=spec, runtime=runtime, rules=SiteRules(), job_id=session.id, attempt=1, label_domain=label_domain
     )
-    train_job, _ = build_train_job(spec=spec, job_id=session.id, attempt=1, label_domain=label_domain)
+    train_job, _ = build_train_job(
+        spec=spec, job_id=session.id, attempt=1, label_domain=label_domain, queue_name=session.queue or None
+    )
     marks = {f"{label_domain}/session": session.id}
     for obj in (training_runtime, train_job):
         obj["metadata"]["name"] = session.name

@@ -29,6 +29,7 @@ from dispatch_site import roles
 from dispatch_site.audit import audit_record
 from dispatch_site.roles import NamespaceNotGranted
 from jobs import enqueue
+from jobs.kueue_inputs import kueue_inputs
 from jobs.models import SESSION_NAME_HOLDERS, SESSION_OPEN_STATES, Session, SessionState
 from jobs.objects import (
     TRAINING_RUNTIME,
@@ -39,6 +40,7 @@ from jobs.objects import (
     own_copy,
 )
 from jobs.plan import start_reasons
+from jobs.queueing import QUEUE_NOT_FOUND, queue_plan
 from jobs.sessions.errors import SessionCreateFailed, SessionLimitReached, SessionNameTaken, SessionRefused
 from jobs.sessions.rules import (
     CREATION_FAILED_AFTER,
@@ -97,6 +99,21 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
     reasons, trainer_job = session_runtime_check(body, miss=miss, ref=ref_text, review=review)
     site = SiteSettings.load()
     spec = session_spec(request)
+    # Through Kueue as a job goes: its queue_name, else the namespace's default queue, judged by the plan's
+    # rules (a queue that does not exist, a request its ClusterQueue can never admit).
+    queueing = kueue_inputs(spec=spec, site=site)
+    _, queue_reasons, _ = queue_plan(spec=spec, runtime=body, kueue=queueing)
+    reasons += queue_reasons
+    if queueing.workers:
+        reasons.append(
+            Reason(
+                QUEUE_NOT_FOUND,
+                f"LocalQueue {queueing.choice.queue} sends its workloads to MultiKueue worker clusters "
+                f"({', '.join(queueing.workers)}); a session runs on this cluster only: name a queue_name "
+                "of this cluster",
+                "queue_name",
+            )
+        )
     session = Session(
         owner=owner,
         namespace=request.namespace,
@@ -111,6 +128,7 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
         trainer_replicated_job=trainer_job,
         container=NODE_CONTAINER,
         label_domain=site.label_domain,
+        queue=queueing.choice.queue or "",
     )
     session.name = request.name or session.id
     if body is not None:

@@ -6,24 +6,16 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from cluster import gateway, kueue
-from cluster.client import has_credentials
+from cluster import gateway
 from dispatch_site import roles
+from jobs.kueue_inputs import kueue_inputs
 from jobs.naming import new_job_id
 from jobs.plan import Plan, build_plan
-from jobs.queueing import (
-    NO_KUEUE,
-    KueueInputs,
-    admission_check_names,
-    choose_queue,
-    multikueue_config_name,
-    multikueue_workers,
-)
+from jobs.queueing import KueueInputs, choose_queue
 from jobs.spec import JobSpec
 from runtimes.models import AllowListEntry, SiteSettings
 from runtimes.reasons import AllowListMiss
 from runtimes.selectors import allow_list_entry, get_runtime, site_rules
-from runtimes.settings_checks import allowed_priority_classes
 
 
 def _runtime_key(spec: JobSpec) -> tuple[str, str, str]:
@@ -33,51 +25,6 @@ def _runtime_key(spec: JobSpec) -> tuple[str, str, str]:
 # How stale a runtime read may be for answering plan and accepting a submission; the task that starts the
 # execution reads it afresh and judges it again before creating anything.
 PLAN_RUNTIME_MAX_AGE = 2.0
-
-
-def kueue_inputs(*, spec: JobSpec, site: SiteSettings) -> KueueInputs:
-    """The job's queue and priority class (its own, else its namespace's defaults) and the Kueue objects they
-    name, read afresh (a ClusterQueue's usage is live data). Nothing is read when the job uses no queue and
-    no priority class, so a cluster without Kueue plans and starts such jobs as before. ClusterError when
-    the cluster cannot be read; Kueue not being installed is a fact of the plan, not an error."""
-    choice = choose_queue(spec, site.kueue_default_queues or {})
-    if not choice.uses_kueue:
-        return NO_KUEUE
-    allowed = allowed_priority_classes(spec.namespace, site.kueue_priority_classes or {})
-    local_queue = cluster_queue = priority_class = None
-    workers: tuple[str, ...] = ()
-    try:
-        if choice.queue:
-            local_queue = kueue.get_local_queue(spec.namespace, choice.queue)
-            cq_name = ((local_queue or {}).get("spec") or {}).get("clusterQueue")
-            if cq_name:
-                cluster_queue = kueue.get_cluster_queue(str(cq_name))
-            if cluster_queue is not None:
-                workers = _multikueue_workers(cluster_queue)
-        if choice.priority_class and choice.priority_class in allowed:
-            priority_class = kueue.get_priority_class(choice.priority_class)
-    except kueue.KueueNotInstalled:
-        return KueueInputs(choice=choice, allowed_classes=allowed, installed=False)
-    return KueueInputs(
-        choice=choice,
-        allowed_classes=allowed,
-        local_queue=local_queue,
-        cluster_queue=cluster_queue,
-        priority_class=priority_class,
-        workers=workers,
-        workers_without_credentials=tuple(w for w in workers if not has_credentials(w)),
-    )
-
-
-def _multikueue_workers(cluster_queue: dict[str, Any]) -> tuple[str, ...]:
-    """The worker clusters a ClusterQueue's MultiKueue admission checks dispatch to (one read per check the
-    ClusterQueue names, and one per MultiKueueConfig; none for a ClusterQueue without checks)."""
-    workers: list[str] = []
-    for name in admission_check_names(cluster_queue):
-        config = multikueue_config_name(kueue.get_admission_check(name))
-        if config:
-            workers += multikueue_workers(kueue.get_multikueue_config(config))
-    return tuple(dict.fromkeys(workers))
 
 
 def job_plan(
