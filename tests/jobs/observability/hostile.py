@@ -8,9 +8,12 @@ import contextlib
 import socket
 import socketserver
 import ssl
+import subprocess
 import threading
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from jobs.models import Job, JobEvent, JobState
@@ -126,3 +129,57 @@ def drip_body(write: Callable[[bytes], None], stopped: threading.Event) -> None:
     write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 100000\r\n\r\n")
     while not stopped.wait(1.0):
         write(b"a")
+
+
+@dataclass(frozen=True)
+class LocalCA:
+    ca: Path  # the CA's certificate: what dispatch is told to trust
+    server: ssl.SSLContext  # the receiver's certificate for 127.0.0.1, signed by it
+
+
+def make_local_ca(d: Path) -> LocalCA:
+    """A CA of the test's own in `d` (openssl, as scripts/cluster uses it) and a certificate for 127.0.0.1."""
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True, timeout=60)
+
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+    )
+    openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+    (d / "ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext",
+    )
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(d / "server.pem", d / "server.key")
+    return LocalCA(ca=d / "ca.pem", server=server)

@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import ssl
-import subprocess
 import threading
 import time
 import tracemalloc
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,10 +28,12 @@ from jobs.observability import outbox, webhook_send, webhooks
 from jobs.observability.models import DeliveryState, WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from tests.jobs.observability.conftest import Receiver
 from tests.jobs.observability.hostile import (
+    LocalCA,
     RawReceiver,
     drip_body,
     drip_headers,
     gzip_bomb,
+    make_local_ca,
     pending_delivery,
 )
 
@@ -54,60 +52,10 @@ def _local_receivers(settings: Any) -> None:
     outbox.forget_cached_endpoints()
 
 
-@dataclass(frozen=True)
-class LocalCA:
-    ca: Path  # the CA's certificate: what dispatch is told to trust
-    server: ssl.SSLContext  # the receiver's certificate for 127.0.0.1, signed by it
-
-
 @pytest.fixture(scope="module")
 def local_ca(tmp_path_factory: pytest.TempPathFactory) -> LocalCA:
     """A CA of this test's own (openssl, as scripts/cluster uses it) and a certificate for 127.0.0.1."""
-    d = tmp_path_factory.mktemp("webhook-ca")
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True, timeout=60)
-
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl(
-        "req",
-        "-x509",
-        *ec,
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=test CA",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign",
-    )
-    openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
-    (d / "ext").write_text("subjectAltName=IP:127.0.0.1\n")
-    openssl(
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "ext",
-    )
-    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server.load_cert_chain(d / "server.pem", d / "server.key")
-    return LocalCA(ca=d / "ca.pem", server=server)
+    return make_local_ca(tmp_path_factory.mktemp("webhook-ca"))
 
 
 @pytest.fixture(params=["http", "https"])
