@@ -98,8 +98,12 @@ def can_i_list(account: DispatchServiceAccount, namespace: str) -> dict[str, set
 
 @pytest.mark.parametrize("component", list(EXPECTED))
 def test_can_i_list_under_each_account_shows_only_its_verbs(
-    component_serviceaccount: Accounts, namespace: str, component: str
+    component_serviceaccount: Accounts,
+    example_manifests: list[dict[str, Any]],
+    namespace: str,
+    component: str,
 ) -> None:
+    _runs_as_its_own_account(example_manifests, component)
     account = component_serviceaccount(component)
     account.grant(namespace)
     assert can_i_list(account, namespace) == EXPECTED[component]
@@ -125,9 +129,21 @@ CLUSTER_SCOPED = {
 }
 
 
+def _runs_as_its_own_account(manifests: list[dict[str, Any]], component: str) -> None:
+    """The component's pods (its Deployment's, the migration Job's) run as dispatch-<component>."""
+    kind, name = (
+        ("Job", "dispatch-migrate-0-1-0")
+        if component == "migrate"
+        else ("Deployment", f"dispatch-{component}")
+    )
+    [owner] = select(manifests, kind, name=name)
+    assert owner["spec"]["template"]["spec"]["serviceAccountName"] == f"dispatch-{component}"
+
+
 def test_the_webhooks_workers_account_may_do_nothing_in_a_team_namespace(
-    component_serviceaccount: Accounts, namespace: str
+    component_serviceaccount: Accounts, example_manifests: list[dict[str, Any]], namespace: str
 ) -> None:
+    _runs_as_its_own_account(example_manifests, "webhooks")
     account = component_serviceaccount("webhooks")
     for args in (
         ("get", "pods"),
