@@ -47,7 +47,7 @@ DOORS: Final[tuple[Door, ...]] = (
     Door(
         "dispatch-trainjobs-through-dispatch",
         "dispatch-trainjobs-through-dispatch",
-        "TrainJobs are created only by dispatch's ServiceAccount",
+        "TrainJobs are created only by dispatch's worker (and sessions' by its web)",
     ),
     Door(
         "dispatch-managed-objects",
@@ -73,6 +73,11 @@ DOORS: Final[tuple[Door, ...]] = (
         "dispatch-ended-attempts-stay-ended",
         "dispatch-ended-attempts-stay-ended",
         "no pod of an attempt dispatch ended (fenced) is created again",
+    ),
+    Door(
+        "dispatch-web-enters-only-session-pods",
+        "dispatch-web-enters-only-session-pods",
+        "dispatch's web runs commands only in session pods, never in a job's rank",
     ),
     Door(
         "dispatch-kueue-admits-an-attempt-once",

@@ -87,7 +87,9 @@ def test_webhook_deliveries_have_a_worker_deployment_of_their_own_with_few_threa
     assert _queues(base_container("webhooks.yaml")["command"]) == ["webhooks"]
     env = {e["name"]: e["value"] for e in base_container("webhooks.yaml")["env"]}
     assert 1 <= int(env["WORKER_CONCURRENCY"]) <= 8
-    for key in ("securityContext", "serviceAccountName", "enableServiceLinks", "initContainers", "volumes"):
+    assert webhooks["spec"]["template"]["spec"]["serviceAccountName"] == "dispatch-webhooks"
+    assert webhooks["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    for key in ("securityContext", "enableServiceLinks", "initContainers", "volumes"):
         assert webhooks["spec"]["template"]["spec"][key] == worker["spec"]["template"]["spec"][key], key
     container, worker_container = base_container("webhooks.yaml"), base_container("worker.yaml")
     assert container["securityContext"] == worker_container["securityContext"]
@@ -141,15 +143,21 @@ def test_the_overlay_points_the_guard_and_the_bindings_at_dispatchs_namespace(
         }
     ]
     assert len(anyone) == 5 and all(v["name"] != "dispatch" for p in anyone for v in p["spec"]["variables"])
+    names = {"dispatch": "dispatch-worker", "web": "dispatch-web"}
     for policy in policies:
         assert "namespace" not in policy["metadata"]
         if policy in anyone:
             continue
-        [dispatch] = [v for v in policy["spec"]["variables"] if v["name"] == "dispatch"]
-        assert dispatch["expression"] == f"'system:serviceaccount:{DISPATCH_NAMESPACE}:dispatch'"
+        named = [v for v in policy["spec"]["variables"] if v["name"] in names]
+        assert named, policy["metadata"]["name"]
+        for variable in named:
+            account = names[variable["name"]]
+            assert variable["expression"] == f"'system:serviceaccount:{DISPATCH_NAMESPACE}:{account}'"
     for binding in select(example_manifests, "RoleBinding", "ClusterRoleBinding"):
+        name = binding["metadata"]["name"]
+        assert name in ("dispatch-web", "dispatch-worker", "dispatch-supervisor")
         assert binding["subjects"] == [
-            {"kind": "ServiceAccount", "name": "dispatch", "namespace": DISPATCH_NAMESPACE}
+            {"kind": "ServiceAccount", "name": name, "namespace": DISPATCH_NAMESPACE}
         ]
     grants = {b["metadata"]["namespace"] for b in select(example_manifests, "RoleBinding", "Role")}
     assert grants == {"team-a", "team-b"}
@@ -227,7 +235,7 @@ def test_the_workloads_become_available_under_restricted_pod_security_and_scale(
     job = wait_for(migrated, timeout=60, what="the migration Job Complete")
     assert job.status.succeeded == 1
     for pod in _pods(kube, namespace, "web"):
-        assert pod.spec.service_account_name == "dispatch"
+        assert pod.spec.service_account_name == "dispatch-web"
         assert pod.status.phase == "Running"
 
     # Web scales horizontally; its PodDisruptionBudget keeps one serving.
@@ -308,12 +316,10 @@ def granted(dispatch_serviceaccount: DispatchServiceAccount, namespace: str) -> 
         ("create", "trainjobs.trainer.kubeflow.org"),
         ("patch", "trainingruntimes.trainer.kubeflow.org"),
         ("delete", "trainjobs.trainer.kubeflow.org"),
-        ("watch", "jobsets.jobset.x-k8s.io"),
+        ("list", "jobsets.jobset.x-k8s.io"),
         ("list", "jobs.batch"),
         ("list", "pods"),
         ("get", "pods", "--subresource=log"),
-        ("create", "pods", "--subresource=exec"),
-        ("get", "pods", "--subresource=exec"),
         ("list", "events"),
     ],
 )
@@ -327,7 +333,7 @@ def test_the_account_may_do_what_dispatch_does_in_a_granted_namespace(
     "args",
     [
         ("list", "clustertrainingruntimes.trainer.kubeflow.org"),
-        ("watch", "clustertrainingruntimes.trainer.kubeflow.org"),
+        ("get", "clustertrainingruntimes.trainer.kubeflow.org"),
         ("list", "trainingruntimes.trainer.kubeflow.org", "--all-namespaces"),
         ("get", "nodes"),
     ],
@@ -380,8 +386,8 @@ def test_can_i_list_shows_no_pods_in_an_unmanaged_namespace_and_no_secrets_anywh
 ) -> None:
     """Least read, from the account's own point of view (`kubectl auth can-i --list` with its token)."""
     managed = _can_list(dispatch_serviceaccount, granted)
-    assert {"get", "list", "watch"} <= managed["pods"]
-    assert "create" in managed["pods/exec"]
+    assert {"get", "list"} <= managed["pods"]
+    assert "pods/exec" not in managed  # the worker never runs a command in a pod
     for unmanaged in ("kube-system", "default", DISPATCH_NAMESPACE):
         rights = _can_list(dispatch_serviceaccount, unmanaged)
         assert not any(
@@ -390,7 +396,7 @@ def test_can_i_list_shows_no_pods_in_an_unmanaged_namespace_and_no_secrets_anywh
             unmanaged,
             rights,
         )
-        assert {"get", "list", "watch"} <= rights["trainingruntimes.trainer.kubeflow.org"]
+        assert {"get", "list"} <= rights["trainingruntimes.trainer.kubeflow.org"]
         assert rights["nodes"] == {"get"}
     for namespace in (granted, "kube-system", "default", DISPATCH_NAMESPACE):
         rights = _can_list(dispatch_serviceaccount, namespace)
@@ -437,6 +443,9 @@ def test_the_example_overlay_carries_no_secret_key_and_trusts_the_proxies_its_in
         ("create", "rolebindings.rbac.authorization.k8s.io"),
         ("patch", "roles.rbac.authorization.k8s.io"),
         ("create", "serviceaccounts", "--subresource=token"),
+        ("create", "pods", "--subresource=exec"),
+        ("get", "pods", "--subresource=exec"),
+        ("watch", "pods"),
     ],
 )
 def test_the_account_may_not_touch_anything_else_in_a_granted_namespace(
@@ -513,8 +522,9 @@ KUEUE, VISIBILITY = "kueue.x-k8s.io", "visibility.kueue.x-k8s.io"
     [
         # plan: the ClusterQueue (quota, usage) and the WorkloadPriorityClass, cluster-scoped
         ("get", KUEUE, "clusterqueues", "", "cluster", True),
-        ("list", KUEUE, "workloadpriorityclasses", "", "cluster", True),
-        ("watch", KUEUE, "resourceflavors", "", "cluster", True),
+        ("get", KUEUE, "workloadpriorityclasses", "", "cluster", True),
+        ("list", KUEUE, "workloadpriorityclasses", "", "cluster", False),
+        ("get", KUEUE, "resourceflavors", "", "cluster", False),
         # plan and supervision, per managed namespace: LocalQueues, Workloads (deactivation is a patch),
         # the queue positions of the visibility API
         ("get", KUEUE, "localqueues", "", "granted", True),
@@ -550,7 +560,11 @@ def test_the_accounts_kueue_rights_are_what_plan_and_supervision_read_and_patch(
 
 def test_the_roles_name_no_wildcards_and_no_secrets(example_manifests: list[dict[str, Any]]) -> None:
     roles = select(example_manifests, "ClusterRole", "Role")
-    assert {r["metadata"]["name"] for r in roles} == {"dispatch-runtime-reader", "dispatch-jobs"}
+    assert {r["metadata"]["name"] for r in roles} == {
+        "dispatch-web",
+        "dispatch-worker",
+        "dispatch-supervisor",
+    }
     for role in roles:
         for rule in role["rules"]:
             for field in ("apiGroups", "resources", "verbs"):
@@ -559,26 +573,26 @@ def test_the_roles_name_no_wildcards_and_no_secrets(example_manifests: list[dict
             assert "resourceNames" not in rule and "nonResourceURLs" not in rule
 
 
-def _documented_rules() -> set[tuple[str, str, str, str]]:
-    """(scope, API group, resource, verb) from the table of docs/cluster.md."""
+def _documented_rules() -> set[tuple[str, str, str, str, str]]:
+    """(component, scope, API group, resource, verb) from the table of docs/cluster.md."""
     section = (REPO / "docs" / "cluster.md").read_text().split("\n#", 1)[0]
     rules = set()
     for line in section.splitlines():
         cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
-        if len(cells) != 4 or cells[0] in ("scope", "") or set(cells[0]) <= {"-", " "}:
+        if len(cells) != 5 or cells[0] in ("component", "") or set(cells[0]) <= {"-", " "}:
             continue
-        scope, group, resources, verbs = cells
+        component, scope, group, resources, verbs = cells
         group = "" if group == "core" else group
         for resource in re.split(r",\s*", resources):
             for verb in re.split(r",\s*", verbs):
-                rules.add((scope, group, resource.strip("`"), verb.strip("`")))
+                rules.add((component, scope, group, resource.strip("`"), verb.strip("`")))
     return rules
 
 
 def test_the_docs_list_exactly_these_rules(example_manifests: list[dict[str, Any]]) -> None:
-    scopes = {"dispatch-runtime-reader": "cluster", "dispatch-jobs": "job namespaces"}
+    scopes = {"ClusterRole": "cluster", "Role": "job namespaces"}
     manifest = {
-        (scopes[role["metadata"]["name"]], group, resource, verb)
+        (role["metadata"]["name"].removeprefix("dispatch-"), scopes[role["kind"]], group, resource, verb)
         for role in select(example_manifests, "ClusterRole", "Role")
         for rule in role["rules"]
         for group in rule["apiGroups"]

@@ -173,10 +173,12 @@ def _cluster_box(page: Client) -> str:
 
 @cluster
 def test_dispatchs_serviceaccount_may_read_the_guard_and_nothing_more_is_needed(
-    managed: str, on_serviceaccount: Any
+    managed: str, settings: Any, component_serviceaccount: Any, dispatch_on_cluster: str
 ) -> None:
-    """The check runs as dispatch runs (deploy/rbac: the policies and bindings listed, each granted namespace
-    read by name, never the namespace list)."""
+    """The check runs as the web runs (`kubectl exec deploy/dispatch-web -- python manage.py check_cluster`;
+    deploy/rbac: the policies and bindings listed, each granted namespace read by name, never the namespace
+    list)."""
+    settings.KUBECONFIG = component_serviceaccount("web").kubeconfig
     code, out, err = _check_cluster()
     assert code == 0, (out, err)
     assert out.splitlines()[0] == f"managed namespaces: {managed}"

@@ -58,13 +58,14 @@ def test_the_multikueue_component_gives_the_worker_kubeconfigs_to_web_worker_and
 
 def test_the_manager_role_reads_the_admission_checks_and_multikueue_configs_plan_names_workers_from() -> None:
     roles = [d for d in yaml.safe_load_all((REPO / "deploy" / "rbac" / "roles.yaml").read_text()) if d]
-    reader = next(r for r in roles if r["metadata"]["name"] == "dispatch-runtime-reader")
-    granted = {
-        (group, resource, verb)
-        for rule in reader["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
-    for resource in ("admissionchecks", "multikueueconfigs"):
-        assert ("kueue.x-k8s.io", resource, "get") in granted, resource
+    for planner in ("dispatch-web", "dispatch-worker"):  # plan runs in the web and again at a start
+        reader = next(r for r in roles if r["metadata"]["name"] == planner)
+        granted = {
+            (group, resource, verb)
+            for rule in reader["rules"]
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+        }
+        for resource in ("admissionchecks", "multikueueconfigs"):
+            assert ("kueue.x-k8s.io", resource, "get") in granted, (planner, resource)

@@ -1,9 +1,10 @@
 """dispatch as deployed (deploy/): kubectl and kustomize, the ServiceAccount's own kubeconfig, grants.
 
-- ``dispatch_serviceaccount`` (session): applies deploy's ServiceAccount and RBAC (from the example overlay,
-  so the namespace is dispatch-system), asks the API server for a token of that account (TokenRequest) and
-  writes a kubeconfig that holds only that token. ``grant(namespace)`` puts the Role dispatch-jobs and its
-  RoleBinding in a namespace, as the overlay's grants do for team-a and team-b. The RBAC objects stay
+- ``component_serviceaccount(component)`` (session): applies deploy's ServiceAccounts and RBAC (from the
+  example overlay, so the namespace is dispatch-system), asks the API server for a token of the component's
+  account (TokenRequest) and writes a kubeconfig that holds only that token. ``grant(namespace)`` puts the
+  component's Role and its RoleBinding in a namespace, as the overlay's grants do for team-a and team-b.
+  ``dispatch_serviceaccount`` is the worker's (it starts and ends jobs). The RBAC objects stay
   installed (re-applying is idempotent, and another run may be using them); cluster-scoped ones of dispatch
   that the manifests no longer define are deleted.
 - ``DISPATCH_TEST_AS_SERVICEACCOUNT=1`` makes ``dispatch_on_cluster`` (dispatch_fixtures.py) use it.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,10 @@ REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SCRIPT = REPO / "scripts" / "cluster"
 EXAMPLE_OVERLAY = REPO / "deploy" / "overlays" / "example"
 DISPATCH_NAMESPACE = "dispatch-system"
-DISPATCH_SA = "dispatch"
+# One ServiceAccount per component (deploy/base/serviceaccount.yaml); the worker's is the one that starts and
+# ends jobs (the admission guard's `dispatch`), so "dispatch's ServiceAccount" in these tests is the worker's.
+COMPONENTS = ("web", "worker", "supervisor", "webhooks", "beat", "migrate")
+DISPATCH_SA = "dispatch-worker"
 DISPATCH_USER = f"system:serviceaccount:{DISPATCH_NAMESPACE}:{DISPATCH_SA}"
 MANAGED_LABEL = ("dispatch.dev/managed", "true")
 RBAC_KINDS = {"ClusterRole", "ClusterRoleBinding"}
@@ -115,36 +119,58 @@ def example_manifests(kubeconfig: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="session")
-def dispatch_serviceaccount(
+def component_serviceaccount(
     kubeconfig: str,
     kube: Any,
     example_manifests: list[dict[str, Any]],
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[DispatchServiceAccount]:
+) -> Callable[[str], DispatchServiceAccount]:
+    """component ("web", "worker", ...) -> its ServiceAccount with a token of its own; grant(namespace) puts
+    that component's Role and RoleBinding there (none for a component without one)."""
     objects = [
         *select(example_manifests, "Namespace", name=DISPATCH_NAMESPACE),
-        *select(example_manifests, "ServiceAccount", name=DISPATCH_SA),
+        *select(example_manifests, "ServiceAccount"),
         *select(example_manifests, *RBAC_KINDS),
     ]
     apply(objects, kubeconfig)
     _prune_cluster_rbac(kubeconfig, {(o["kind"], o["metadata"]["name"]) for o in objects})
-    templates = [
-        select(example_manifests, "Role", name="dispatch-jobs")[0],
-        select(example_manifests, "RoleBinding", name="dispatch-jobs")[0],
-    ]
+    made: dict[str, DispatchServiceAccount] = {}
 
-    def grant(namespace: str) -> None:
-        objects = [yaml.safe_load(yaml.safe_dump(template)) for template in templates]
-        for obj in objects:
-            obj["metadata"]["namespace"] = namespace
-        apply(objects, kubeconfig)
+    def account(component: str) -> DispatchServiceAccount:
+        if component in made:
+            return made[component]
+        name = f"dispatch-{component}"
+        templates = [
+            *select(example_manifests, "Role", name=name)[:1],
+            *select(example_manifests, "RoleBinding", name=name)[:1],
+        ]
 
-    token = kube.core.create_namespaced_service_account_token(
-        DISPATCH_SA,
-        DISPATCH_NAMESPACE,
-        client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=7200)
-        ),
-    ).status.token
-    path = token_kubeconfig(kubeconfig, token, tmp_path_factory.mktemp("sa") / "dispatch.kubeconfig")
-    yield DispatchServiceAccount(kubeconfig=path, username=DISPATCH_USER, grant=grant)
+        def grant(namespace: str) -> None:
+            objects = [yaml.safe_load(yaml.safe_dump(template)) for template in templates]
+            for obj in objects:
+                obj["metadata"]["namespace"] = namespace
+            if objects:
+                apply(objects, kubeconfig)
+
+        token = kube.core.create_namespaced_service_account_token(
+            name,
+            DISPATCH_NAMESPACE,
+            client.AuthenticationV1TokenRequest(
+                spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=7200)
+            ),
+        ).status.token
+        path = token_kubeconfig(kubeconfig, token, tmp_path_factory.mktemp("sa") / f"{name}.kubeconfig")
+        made[component] = DispatchServiceAccount(
+            kubeconfig=path, username=f"system:serviceaccount:{DISPATCH_NAMESPACE}:{name}", grant=grant
+        )
+        return made[component]
+
+    return account
+
+
+@pytest.fixture(scope="session")
+def dispatch_serviceaccount(
+    component_serviceaccount: Callable[[str], DispatchServiceAccount],
+) -> DispatchServiceAccount:
+    """The worker's ServiceAccount: the one that starts and ends jobs."""
+    return component_serviceaccount("worker")

@@ -18,7 +18,11 @@ from rest_framework.test import APIClient
 from dispatch_site import roles
 from dispatch_site.services import user_create
 from runtimes.models import AllowListEntry
-from tests.support.deploy import dispatch_serviceaccount, example_manifests  # noqa: F401 (fixtures)
+from tests.support.deploy import (  # noqa: F401 (fixtures)
+    component_serviceaccount,
+    dispatch_serviceaccount,
+    example_manifests,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DISPATCH_KIND = yaml.safe_load((REPO / "scripts" / "k8s" / "dispatch-kind.yaml").read_text())
