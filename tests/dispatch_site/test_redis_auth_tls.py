@@ -112,19 +112,38 @@ def _answers_tls(server: TlsRedis) -> bool:
         client.close()
 
 
+def _pod_command(tmp_path: Path, port: int) -> list[str]:
+    """The example overlay's Redis container command as it is (redis.yaml), its mounts and port made this
+    test's: /tls's tls.crt, tls.key and ca.crt, /acl/users.acl and /data here, and a free port."""
+    [deployment] = [
+        d for d in yaml.safe_load_all((EXAMPLE / "redis.yaml").read_text()) if d["kind"] == "Deployment"
+    ]
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    files = {
+        "/tls/tls.crt": tmp_path / "server.crt",
+        "/tls/tls.key": tmp_path / "server.key",
+        "/tls/ca.crt": tmp_path / "ca.crt",
+        "/acl/users.acl": tmp_path / "users.acl",
+        "/data": tmp_path / "data",
+        "6379": port,
+    }
+    command = [str(files.get(arg, arg)) for arg in container["command"]]
+    assert "--tls-port" in command and command[command.index("--port") + 1] == "0", command
+    return command
+
+
 @pytest.fixture
 def tls_redis(tmp_path: Path) -> Iterator[TlsRedis]:
-    """redis-server with no plain port, TLS on a free one, and the example overlay's ACL
-    (deploy/overlays/example/redis.yaml: the default user off, dispatch's user with its password)."""
+    """redis-server as the example overlay's pod runs it (deploy/overlays/example/redis.yaml's command: no
+    plain port, TLS, the overlay's ACL with the default user off and dispatch's user with its password),
+    on a free port."""
     _certificates(tmp_path)
     (tmp_path / "users.acl").write_text(ACL)
     server = TlsRedis(free_port(), tmp_path / "ca.crt")
+    (tmp_path / "data").mkdir()
     with (tmp_path / "redis.log").open("ab") as log:
         process = subprocess.Popen(
-            ["redis-server", "--bind", "127.0.0.1", "--port", "0", "--tls-port", str(server.port),
-             "--tls-cert-file", str(tmp_path / "server.crt"), "--tls-key-file", str(tmp_path / "server.key"),
-             "--tls-ca-cert-file", str(server.ca), "--tls-auth-clients", "no",
-             "--aclfile", str(tmp_path / "users.acl"), "--save", "", "--appendonly", "no"],
+            [*_pod_command(tmp_path, server.port), "--bind", "127.0.0.1"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
     try:
