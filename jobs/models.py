@@ -339,6 +339,9 @@ class Session(models.Model):
     # The Kueue LocalQueue the session's TrainJob names ("" without Kueue): its queue_name, else the
     # namespace's default queue, fixed at open. Kueue admits it against the queue's quota as it does a job.
     queue = models.CharField(max_length=253, blank=True, default="")
+    # When the cluster first accepted the stop of the session's TrainJob, as it closes (jobs.stopping): the
+    # TrainJob is deleted once stopped, or STOP_WAIT_SECONDS after this.
+    stop_accepted_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)  # running since

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from cluster import exec as pods
 from cluster import gateway
-from cluster.errors import ClusterError, Conflict
+from cluster.errors import ClusterError, Conflict, Rejected
 from cluster.logs import events_for
 from dispatch_site import roles
 from dispatch_site.audit import audit_record
@@ -38,6 +38,7 @@ from jobs.objects import (
     create_trainjob_on_copy,
     is_ours,
     own_copy,
+    trainjob_stopped,
 )
 from jobs.plan import start_reasons
 from jobs.queueing import QUEUE_NOT_FOUND, queue_plan
@@ -62,6 +63,7 @@ from jobs.sessions.rules import (
     trainer_pod_claims,
     trainer_pod_problem,
 )
+from jobs.stopping import STOP_WAIT_SECONDS, trainjob_stop
 from runtimes.models import AllowListEntry, SiteSettings, runtime_ref
 from runtimes.reasons import NODE_CONTAINER, RUNTIME_NOT_ALLOWED, Reason, not_allowed_message
 from runtimes.selectors import allow_list_entry, get_runtime
@@ -387,20 +389,52 @@ def session_close(*, actor: User | None, session: Session, reason: str = "") -> 
     return current
 
 
+def _stopped_first(session: Session, trainjob: dict[str, Any]) -> bool:
+    """Whether the session's TrainJob may be deleted now: the Trainer shows it stopped, or a stop the cluster
+    accepted STOP_WAIT_SECONDS ago still shows none (the Trainer is down: nothing rebuilds its JobSet either).
+    Otherwise it asks for the stop (jobs.stopping), records when the cluster first accepted it, and says
+    not yet; a stop the API server refuses (the runtime copy already gone) lets the delete go ahead."""
+    if trainjob_stopped(trainjob):
+        return True
+    accepted = session.stop_accepted_at
+    if accepted is not None and (timezone.now() - accepted).total_seconds() >= STOP_WAIT_SECONDS:
+        return True
+    try:
+        trainjob_stop(
+            namespace=session.namespace, trainjob=trainjob, label_domain=domain_of(session), cause="closed"
+        )
+    except Rejected as exc:
+        logger.info("session %s: could not stop its TrainJob before deleting it: %s", session.id, exc)
+        return True
+    if accepted is None:
+        Session.objects.filter(pk=session.pk, stop_accepted_at__isnull=True).update(
+            stop_accepted_at=timezone.now()
+        )
+        session.stop_accepted_at = Session.objects.values_list("stop_accepted_at", flat=True).get(
+            pk=session.pk
+        )
+    return False
+
+
 def _delete_objects(session: Session) -> tuple[bool, bool]:
-    """Delete the session's TrainJob, and its runtime copy once the TrainJob is gone (the Trainer's webhook
-    refuses to let go of a TrainJob whose runtime is gone first; the garbage collector usually takes the
-    copy with its owner). Only objects dispatch made for this session are touched: labelled and annotated for
-    it, and, once the open recorded its TrainJob's UID, that TrainJob (deleted with the UID as a
-    precondition) and a copy no other TrainJob owns; somebody's TrainJob made again under the name, with the
-    labels and annotations copied, is left alone. Returns whether the TrainJob and the copy were still
-    there."""
+    """Delete the session's TrainJob once it is stopped (_stopped_first), and its runtime copy once the
+    TrainJob is gone (the Trainer's webhook refuses to let go of a TrainJob whose runtime is gone first; the
+    garbage collector usually takes the copy with its owner). Only objects dispatch made for this session
+    are touched: labelled and annotated for it, and, once the open recorded its TrainJob's UID, that TrainJob
+    (deleted with the UID as a precondition) and a copy no other TrainJob owns; somebody's TrainJob made
+    again under the name, with the labels and annotations copied, is left alone. Returns whether the
+    TrainJob and the copy were still there."""
     label_domain = domain_of(session)
     made = session.trainjob_uid
     trainjob = gateway.get_namespaced(TRAINJOB, session.namespace, session.name)
     meta = (trainjob or {}).get("metadata") or {}
     has_job = trainjob is not None and is_ours(trainjob, label_domain, session.id, trainjob_uid=made)
-    if has_job and not meta.get("deletionTimestamp"):
+    if (
+        trainjob is not None
+        and has_job
+        and not meta.get("deletionTimestamp")
+        and _stopped_first(session, trainjob)
+    ):
         with suppress(Conflict):  # another object took the name since the read: not ours
             gateway.delete_namespaced(
                 TRAINJOB, session.namespace, session.name, uid=str(meta.get("uid") or "")

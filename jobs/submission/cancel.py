@@ -3,7 +3,6 @@ its runtime copy), and the sweep enqueues that task again until the objects are 
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from contextlib import suppress
@@ -13,7 +12,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from cluster import gateway, kueue
+from cluster import gateway
 from cluster.errors import ClusterError, ClusterUnavailable, Conflict, Rejected
 from cluster.fence import fence_best_effort
 from cluster.where import on_cluster
@@ -22,8 +21,8 @@ from dispatch_site.causes import Cause
 from jobs import enqueue
 from jobs.logtail import execution_log_keep
 from jobs.models import ACTIVE_STATES, Execution, Job, JobState, PodTombstone
-from jobs.naming import KUEUE_QUEUE_LABEL, kueue_mark_key
-from jobs.objects import TRAINING_RUNTIME, TRAINJOB, is_ours, kueue_lets_suspend, trainjob_stopped
+from jobs.objects import TRAINING_RUNTIME, TRAINJOB, is_ours, trainjob_stopped
+from jobs.stopping import STOP_WAIT_SECONDS, trainjob_stop
 from jobs.submission.claim import job_event, job_transition, start_may_still_create
 from jobs.submission.errors import JobNotCancellable, TransientSubmitError
 
@@ -84,12 +83,6 @@ def execution_objects_delete(job: Job, execution: Execution, *, retry_transient:
 # How long one delete delivery waits, between reads, for what it deleted to be gone before it leaves the
 # rest to the task's retry.
 GONE_WAITS = (0.1, 0.2, 0.4, 0.8)
-
-
-# How long the delete waits for the Trainer to show a TrainJob stopped before it deletes it anyway (the
-# Trainer is down, say: then nothing can rebuild the JobSet either), counted from the first stop the cluster
-# accepted (Execution.stop_accepted_at), never from the request: a delete the sweep delivers late stops first.
-STOP_WAIT_SECONDS = 30.0
 
 
 class _StopClock:
@@ -209,42 +202,9 @@ def _uid(obj: dict[str, Any]) -> str:
 
 
 def _stop(job: Job, trainjob: dict[str, Any]) -> None:
-    """Ask for the TrainJob to stop (idempotent; returns once the cluster accepted it). Without Kueue:
-    spec.suspend. Under Kueue, which owns spec.suspend (it resumes a suspended TrainJob whose Workload is
-    admitted), first by deactivating its Workload with dispatch's mark; then, once Kueue can no longer
-    resume it (jobs.objects.kueue_lets_suspend: the Workload Finished, or deactivated and evicted or
-    holding no quota; or gone), by spec.suspend too. Kueue suspends an admitted TrainJob itself when it
-    evicts the deactivated Workload, but never one whose Workload is Finished (a failed attempt's): without
-    dispatch's own suspend that TrainJob would be deleted unsuspended, and the Trainer rebuilds the
-    JobSet of a TrainJob it still holds (status-facts §12)."""
-    meta = trainjob.get("metadata") or {}
-    namespace, name = job.namespace, str(meta.get("name"))
-    if (meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL):
-        workload = _workload_of(namespace, _uid(trainjob))
-        if workload is not None:
-            outcome = kueue.ALREADY
-            if (workload.get("spec") or {}).get("active") is not False:
-                mark = {"cause": "cancelled", "at": timezone.now().isoformat(), "by": "dispatch"}
-                outcome = kueue.deactivate_workload(
-                    namespace=namespace,
-                    name=str(workload["metadata"]["name"]),
-                    uid=_uid(workload),
-                    annotations={kueue_mark_key(job.label_domain): json.dumps(mark, sort_keys=True)},
-                )
-            if outcome != kueue.GONE and not kueue_lets_suspend(workload):
-                # Not yet evicted: Kueue would resume a TrainJob suspended now. It evicts the deactivated
-                # Workload and suspends the TrainJob itself; the next pass reads it again.
-                return
-    if (trainjob.get("spec") or {}).get("suspend") is not True:
-        gateway.patch_namespaced(TRAINJOB, namespace, name, {"spec": {"suspend": True}})
-
-
-def _workload_of(namespace: str, trainjob_uid: str) -> dict[str, Any] | None:
-    for workload in kueue.list_workloads(namespace) or []:
-        owners = (workload.get("metadata") or {}).get("ownerReferences") or []
-        if any(ref.get("uid") == trainjob_uid for ref in owners):
-            return workload
-    return None
+    trainjob_stop(
+        namespace=job.namespace, trainjob=trainjob, label_domain=job.label_domain, cause="cancelled"
+    )
 
 
 def job_cancel(*, actor: Any, job: Job) -> Job:

@@ -33,13 +33,16 @@ pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
 
 
-# The rules dispatch needs against a Kueue, as deploy/rbac grants them (the Kueue rules of the ClusterRole
-# dispatch-runtime-reader: the cluster-scoped kinds, for plan; and of the Role dispatch-jobs, per managed
-# namespace: LocalQueues, Workloads, which supervision lists and deactivates with a patch, and the
-# LocalQueue's pending workloads of the visibility API).
-def _kueue_rules(path: str) -> list[dict[str, list[str]]]:
+# The rules dispatch needs against a Kueue, as deploy/rbac grants them to the worker, the component that
+# plans, starts and (when no supervisor runs) supervises: the Kueue rules of its ClusterRole dispatch-worker
+# (the cluster-scoped kinds, for plan) and of its Role dispatch-worker, per managed namespace (LocalQueues,
+# Workloads, which supervision lists and deactivates with a patch, and the LocalQueue's pending workloads of
+# the visibility API).
+def _kueue_rules(path: str, name: str = "dispatch-worker") -> list[dict[str, list[str]]]:
     docs = yaml.safe_load_all((REPO / "deploy" / "rbac" / path).read_text())
-    (role,) = [d for d in docs if d and d["kind"] in ("ClusterRole", "Role")]
+    (role,) = [
+        d for d in docs if d and d["kind"] in ("ClusterRole", "Role") and d["metadata"]["name"] == name
+    ]
     return [r for r in role["rules"] if any(g.endswith("kueue.x-k8s.io") for g in r["apiGroups"])]
 
 

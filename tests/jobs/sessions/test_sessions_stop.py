@@ -1,0 +1,66 @@
+"""A session's TrainJob is stopped before it is deleted (issue 32): the Trainer rebuilds the JobSet of a
+TrainJob it still holds when the JobSet goes, so a TrainJob deleted unsuspended can start the session's pods
+again behind the close. Observed from outside dispatch: the test's own watch on the namespace's TrainJobs
+records the TrainJob as it was when its deletion began."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from kubernetes import watch
+from rest_framework.test import APIClient
+
+from tests.jobs.sessions.test_sessions import open_body, plain_runtime
+from tests.support.dispatch import GROUP, VERSION
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def api(submitter: tuple[User, str]) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {submitter[1]}")
+    return client
+
+
+def test_closing_a_session_suspends_its_trainjob_before_deleting_it(
+    kube: Any, namespace: str, api: APIClient
+) -> None:
+    runtime = plain_runtime(kube, namespace)
+    opened = api.post("/api/v1/sessions?wait=60", open_body(namespace, runtime, name="stopme"), format="json")
+    assert opened.status_code == 200 and opened.json()["state"] == "running", opened.content
+
+    at_deletion: list[dict[str, Any]] = []
+    stream = watch.Watch()
+    listing = kube.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs")
+
+    def record() -> None:
+        for event in stream.stream(
+            kube.custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            "trainjobs",
+            resource_version=listing["metadata"]["resourceVersion"],
+            timeout_seconds=120,
+        ):
+            obj = event["object"]
+            if obj["metadata"]["name"] != "stopme":
+                continue
+            if obj["metadata"].get("deletionTimestamp") or event["type"] == "DELETED":
+                at_deletion.append(obj)
+                stream.stop()
+
+    watcher = threading.Thread(target=record, daemon=True)
+    watcher.start()
+    closed = api.delete(f"/api/v1/sessions/{opened.json()['id']}?wait=90")
+    assert closed.status_code == 200 and closed.json()["state"] == "closed", closed.content
+    watcher.join(30)
+    assert at_deletion, "the watch saw no deletion of the session's TrainJob"
+    first = at_deletion[0]
+    assert first["spec"].get("suspend") is True, first["spec"]
+    suspended = [c for c in first.get("status", {}).get("conditions") or [] if c["type"] == "Suspended"]
+    assert suspended and suspended[0]["status"] == "True", first.get("status")
