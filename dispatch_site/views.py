@@ -191,17 +191,29 @@ class TokenInputSerializer(StrictSerializer):
     )
 
 
+class TokenQuerySerializer(serializers.Serializer):
+    # Checked for every caller, though only the platform role's list is filtered by it: a query the schema
+    # refuses (a NUL, a name longer than a username) is a 400 whoever sends it.
+    owner = serializers.CharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        max_length=150,
+        help_text="platform role: whose tokens (a username; empty: everybody's)",
+    )
+
+
 class TokenListCreateApi(APIView):
     @extend_schema(
         operation_id="tokens_list",
-        parameters=[
-            OpenApiParameter("owner", str, required=False, description="platform role: whose tokens")
-        ],
+        parameters=[TokenQuerySerializer],
         responses=TokenSerializer(many=True),
         summary="Your API tokens (the platform role: everybody's), never the tokens themselves",
     )
     def get(self, request: Request) -> Response:
-        tokens = selectors.tokens_visible_to(request.user, owner=request.query_params.get("owner", ""))
+        query = TokenQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        tokens = selectors.tokens_visible_to(request.user, owner=query.validated_data["owner"])
         return Response(TokenSerializer(tokens, many=True).data)
 
     @extend_schema(

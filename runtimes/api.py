@@ -476,6 +476,22 @@ class SiteSettingsChangedSerializer(SiteSettingsSerializer):
         read_only_fields = ["updated_at", "warnings"]
 
 
+class SettingsRefusedSerializer(serializers.Serializer):
+    """422: a valid change that the cluster refutes (runtimes.services.site_settings_check)."""
+
+    kueue_default_queues = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
+        help_text='{namespace or "*": [why]}: a LocalQueue that does not exist there, or Kueue not installed',
+    )
+    kueue_priority_classes = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
+        help_text='{namespace or "*": [why]}: a WorkloadPriorityClass that does not exist, or Kueue not '
+        "installed",
+    )
+
+
 class SiteSettingsApi(APIView):
     permission_classes = [IsAuthenticated, IsPlatformOrReadOnly]
 
@@ -485,12 +501,13 @@ class SiteSettingsApi(APIView):
 
     @extend_schema(
         request=SiteSettingsSerializer,
-        responses=SiteSettingsChangedSerializer,
+        responses={200: SiteSettingsChangedSerializer, 422: SettingsRefusedSerializer},
         summary="Change site settings",
         description="A default LocalQueue or an allowed WorkloadPriorityClass that does not exist in the "
-        "cluster is a 400 naming the namespace (Kueue not installed too); when the cluster cannot be read "
-        "the change is saved and `warnings` says what was not checked. Only new or changed entries are "
-        'checked; a "*" queue in every namespace granted by name without its own entry.',
+        "cluster is a 422 naming the namespace (Kueue not installed too): the request is valid, the "
+        "cluster refutes it, and nothing is saved. A value the schema refuses is a 400. When the cluster "
+        "cannot be read the change is saved and `warnings` says what was not checked. Only new or changed "
+        'entries are checked; a "*" queue in every namespace granted by name without its own entry.',
     )
     def patch(self, request: Request) -> Response:
         site = SiteSettings.load()
@@ -498,7 +515,8 @@ class SiteSettingsApi(APIView):
         serializer.is_valid(raise_exception=True)
         check = services.site_settings_check(site=site, changes=serializer.validated_data)
         if check.errors:
-            raise ValidationError(check.errors)
+            refused = SettingsRefusedSerializer(check.errors).data
+            return Response(refused, status=status.HTTP_422_UNPROCESSABLE_ENTITY)
         site = services.site_settings_update(
             actor=request.user, warnings=check.warnings, **serializer.validated_data
         )

@@ -160,7 +160,8 @@ def _input_error(exc: webhooks.WebhookInputError) -> ValidationError:
 
 
 def _endpoint_for(request: Request, endpoint_id: str) -> WebhookEndpoint:
-    if not endpoint_id.isdigit():
+    # ASCII digits only: "²".isdigit() is true and int() refuses it; past 18 digits no bigint id matches.
+    if not (endpoint_id.isascii() and endpoint_id.isdigit() and len(endpoint_id) < 19):
         raise Http404("no such webhook")
     endpoint = webhooks.endpoints_of(request.user).filter(pk=int(endpoint_id)).first()
     if endpoint is None:

@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.http import Http404
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.exceptions import Throttled, ValidationError
 from rest_framework.generics import ListAPIView
@@ -25,7 +25,7 @@ from dispatch_site.fields import Dns1123LabelField, StrictIntegerField, problem_
 from dispatch_site.longrequests import ServerBusy, long_request
 from dispatch_site.names import dns1123_label_problem
 from dispatch_site.roles import NamespaceNotGranted
-from dispatch_site.schema import NOT_BLANK
+from dispatch_site.schema import FIELD_ERRORS, NOT_BLANK
 from jobs.models import Session, SessionState
 from jobs.naming import JOB_ID_PREFIX, JOB_ID_RANDOM_CHARS, trainjob_name_prefix
 from jobs.serializers import EnvField, ImageField, JobSpecSerializer, QueueNameField, RuntimeRefSerializer
@@ -420,7 +420,17 @@ class SessionExecApi(APIView):
         request=SessionExecRequestSerializer,
         responses={
             200: ExecResultSerializer,
-            400: SessionErrorSerializer,
+            # Two answers: the body's field errors (SessionExecRequestSerializer), or the exec refused for
+            # the request's own reason (errors.ExecRefused: detail and the session's state).
+            400: OpenApiResponse(
+                response={
+                    "anyOf": [
+                        {"$ref": f"#/components/schemas/{FIELD_ERRORS}"},
+                        {"$ref": "#/components/schemas/SessionError"},
+                    ]
+                },
+                description="Invalid input: the errors per field, or the exec refused (detail, state)",
+            ),
             403: SessionErrorSerializer,
             409: SessionErrorSerializer,
             429: SessionErrorSerializer,

@@ -1,5 +1,5 @@
 """Site settings against Kueue v0.19.2 on the local control plane (issue 37): a default LocalQueue or a
-priority class that does not exist is a 400 naming the namespace and the queue (the value an outside fuzzer
+priority class that does not exist is a 422 naming the namespace and the queue (the value an outside fuzzer
 saved, after which every job was refused queue-not-found); a real LocalQueue and WorkloadPriorityClass are
 accepted with no warning. Kueue runs for this module only (fixture `kueue`, tests/support/cluster.py); each
 test's namespace has a LocalQueue `dispatch` (fixture `kueue_queue`) and is granted to a user, as a site's
@@ -32,7 +32,7 @@ def site_namespace(kueue_queue: KueueQueue, dispatch_on_cluster: str, make_user:
 def _refused(api: APIClient, body: dict[str, Any]) -> dict[str, Any]:
     before = SiteSettings.load().as_dict()
     response = api.patch("/api/v1/settings", body, format="json")
-    assert response.status_code == 400, response.json()
+    assert response.status_code == 422, response.json()
     assert SiteSettings.load().as_dict() == before
     assert not AuditEvent.objects.filter(action="settings.update").exists()
     errors: dict[str, Any] = response.json()
@@ -84,7 +84,7 @@ def test_a_real_local_queue_and_priority_class_are_accepted_without_a_warning(
     again = platform_api.patch(
         "/api/v1/settings", {"kueue_default_queues": {**own, "team-x": "gone"}}, format="json"
     )
-    assert again.status_code == 400 and list(again.json()["kueue_default_queues"]) == ["team-x"]
+    assert again.status_code == 422 and list(again.json()["kueue_default_queues"]) == ["team-x"]
 
 
 def test_the_star_queue_is_read_where_jobs_wait_even_without_a_grant_by_name(

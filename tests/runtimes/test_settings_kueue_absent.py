@@ -1,5 +1,5 @@
 """Site settings on the local control plane without Kueue (issue 37): the cluster can be read and does not
-serve Kueue's group, so a default queue or a priority class is a 400 (every job would be refused
+serve Kueue's group, so a default queue or a priority class is a 422 (every job would be refused
 queue-not-found), not a silent save; settings that do not name Kueue objects are saved as before.
 
 Kueue's CRDs stay installed on this plane once Kueue ran, so, as tests/jobs/submission/test_kueue_submit.py
@@ -36,7 +36,7 @@ def test_kueue_settings_are_refused_where_kueue_is_not_installed(
         "kueue_priority_classes": {"*": ["dispatch-low"]},
     }
     response = platform_api.patch("/api/v1/settings", body, format="json")
-    assert response.status_code == 400, response.json()
+    assert response.status_code == 422, response.json()
     assert "Kueue is not installed" in response.json()["kueue_default_queues"][namespace][0]
     assert "Kueue is not installed" in response.json()["kueue_priority_classes"]["*"][0]
     assert SiteSettings.load().kueue_default_queues == {}

@@ -139,3 +139,13 @@ def test_an_active_user_gets_no_fanout_for_someone_elses_job(make_user: Any) -> 
         assert webhooks.fanout() == 0 and not receiver.received
     finally:
         receiver.close()
+
+
+@pytest.mark.parametrize("endpoint_id", ["%C2%B2", "%D9%A3", "1" * 25])
+def test_an_endpoint_id_that_is_not_an_ascii_number_is_404_not_500(make_user: Any, endpoint_id: str) -> None:
+    """An outside schemathesis run: PATCH /api/v1/webhooks/² answered 500 ("²".isdigit(), then int())."""
+    api = _api(make_user("pat", roles.PLATFORM, ("*",))[1])
+    for call in (api.get, api.patch, api.delete):
+        assert call(f"/api/v1/webhooks/{endpoint_id}").status_code == 404
+    assert api.get(f"/api/v1/webhooks/{endpoint_id}/deliveries").status_code == 404
+    assert api.post(f"/api/v1/webhooks/{endpoint_id}/rotate-secret").status_code == 404
