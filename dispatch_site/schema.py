@@ -75,8 +75,25 @@ def _common_codes(path: str, operation: dict[str, Any]) -> list[str]:
 
 # DRF's CharField refuses NUL characters, and PostgreSQL cannot store or compare them.
 NO_NUL = "^[^\\u0000]*$"
-# The same, and not only whitespace (a trimmed CharField would then be blank; a command would be empty).
-NOT_BLANK = "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"
+
+
+def _python_whitespace() -> str:
+    """Python's whitespace (str.isspace, what strip() and DRF's trim remove) as a character class body of
+    \\u escapes: JSON Schema's `\\s` (ECMA-262) differs from it (it lacks U+001C-U+001F and U+0085, which
+    Python strips), so a pattern written with `\\s` lets through what the server then calls blank."""
+    spaces = [i for i in range(0x10000) if chr(i).isspace()]
+    ranges: list[tuple[int, int]] = []
+    for code in spaces:
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1] = (ranges[-1][0], code)
+        else:
+            ranges.append((code, code))
+    return "".join(f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in ranges)
+
+
+# The same, and not only whitespace as Python counts it (a trimmed CharField would then be blank; a command
+# would be empty).
+NOT_BLANK = f"^[^\\u0000]*[^{_python_whitespace()}\\u0000][^\\u0000]*$"
 
 
 def _no_nul(schema: Any) -> None:

@@ -81,3 +81,22 @@ def test_blank_names_and_commands_are_invalid_by_the_schema_as_by_the_server(cli
         assert not re.search(token_name, blank) and not re.search(command, blank), repr(blank)
     assert re.search(token_name, " laptop ") and re.search(command, "echo hi")
     assert not re.search(command, "echo \x00")
+
+
+def test_the_schemas_not_blank_pattern_calls_blank_exactly_what_the_server_strips_to_nothing() -> None:
+    """NOT_BLANK (the schema's pattern for names and commands) and Python's strip() agree on every character
+    of the Basic Multilingual Plane: with `\\s` the schema let U+001C through while the server answered
+    "must not be empty" (schemathesis, issue 37). The pattern spells its class out, so a JSON Schema
+    validator (ECMA-262 regular expressions) reads the same class."""
+    import re
+
+    from dispatch_site.schema import NOT_BLANK
+
+    pattern = re.compile(NOT_BLANK)
+    for code in range(1, 0x10000):
+        if 0xD800 <= code <= 0xDFFF:
+            continue  # surrogates: not characters a JSON string carries alone
+        char = chr(code)
+        assert bool(pattern.fullmatch(char)) == bool(char.strip()), hex(code)
+        assert bool(pattern.fullmatch(f" {char} ")) == bool(char.strip()), hex(code)
+    assert "\\s" not in NOT_BLANK
