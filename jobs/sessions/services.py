@@ -72,6 +72,8 @@ logger = logging.getLogger(__name__)
 
 
 POLL_SECONDS: Final = 0.25
+# How long one close pass waits, between reads, for what it deleted to be gone (as a job's delete does).
+GONE_WAITS: Final = (0.1, 0.2, 0.4, 0.8)
 
 
 def session_open(*, owner: User, request: SessionRequest) -> Session:
@@ -211,7 +213,7 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
     if failure is not None:
         message = f"could not create the session's objects: {failure.target}: {failure.message}"
         try:
-            _delete_objects(session)
+            _delete_objects(session)  # stops the TrainJob first; closing the session deletes it
         except ClusterError as cleanup:
             message += f" (what was created could not be deleted yet: {cleanup}; closing the session does)"
         session_set_state(session, {SessionState.STARTING}, SessionState.FAILED, message=message)
@@ -389,12 +391,12 @@ def session_close(*, actor: User | None, session: Session, reason: str = "") -> 
     return current
 
 
-def _stopped_first(session: Session, trainjob: dict[str, Any]) -> bool:
+def _stopped_first(session: Session, trainjob: dict[str, Any], *, force: bool = False) -> bool:
     """Whether the session's TrainJob may be deleted now: the Trainer shows it stopped, or a stop the cluster
     accepted STOP_WAIT_SECONDS ago still shows none (the Trainer is down: nothing rebuilds its JobSet either).
     Otherwise it asks for the stop (jobs.stopping), records when the cluster first accepted it, and says
     not yet; a stop the API server refuses (the runtime copy already gone) lets the delete go ahead."""
-    if trainjob_stopped(trainjob):
+    if force or trainjob_stopped(trainjob):
         return True
     accepted = session.stop_accepted_at
     if accepted is not None and (timezone.now() - accepted).total_seconds() >= STOP_WAIT_SECONDS:
@@ -416,34 +418,38 @@ def _stopped_first(session: Session, trainjob: dict[str, Any]) -> bool:
     return False
 
 
-def _delete_objects(session: Session) -> tuple[bool, bool]:
+def _delete_objects(session: Session, *, force: bool = False) -> tuple[bool, bool, bool]:
     """Delete the session's TrainJob once it is stopped (_stopped_first), and its runtime copy once the
     TrainJob is gone (the Trainer's webhook refuses to let go of a TrainJob whose runtime is gone first; the
     garbage collector usually takes the copy with its owner). Only objects dispatch made for this session
     are touched: labelled and annotated for it, and, once the open recorded its TrainJob's UID, that TrainJob
     (deleted with the UID as a precondition) and a copy no other TrainJob owns; somebody's TrainJob made
-    again under the name, with the labels and annotations copied, is left alone. Returns whether the
-    TrainJob and the copy were still there."""
+    again under the name, with the labels and annotations copied, is left alone. `force`: delete the
+    TrainJob whether stopped or not (the close timed out). Returns whether the TrainJob and the copy were
+    still there, and whether this pass deleted anything."""
     label_domain = domain_of(session)
     made = session.trainjob_uid
     trainjob = gateway.get_namespaced(TRAINJOB, session.namespace, session.name)
     meta = (trainjob or {}).get("metadata") or {}
     has_job = trainjob is not None and is_ours(trainjob, label_domain, session.id, trainjob_uid=made)
+    deleted = False
     if (
         trainjob is not None
         and has_job
         and not meta.get("deletionTimestamp")
-        and _stopped_first(session, trainjob)
+        and _stopped_first(session, trainjob, force=force)
     ):
         with suppress(Conflict):  # another object took the name since the read: not ours
             gateway.delete_namespaced(
                 TRAINJOB, session.namespace, session.name, uid=str(meta.get("uid") or "")
             )
+            deleted = True
     copy = gateway.get_namespaced(TRAINING_RUNTIME, session.namespace, session.name)
     has_copy = copy is not None and is_ours(copy, label_domain, session.id, trainjob_uid=made)
     if has_copy and not has_job:
         gateway.delete_namespaced(TRAINING_RUNTIME, session.namespace, session.name)
-    return has_job, has_copy
+        deleted = True
+    return has_job, has_copy, deleted
 
 
 def session_close_observe(*, session_id: str) -> Session | None:
@@ -453,8 +459,18 @@ def session_close_observe(*, session_id: str) -> Session | None:
     if session is None or session.state != SessionState.CLOSING:
         return session
     label_domain = domain_of(session)
+    now = timezone.now()
+    timed_out = session.closing_at is not None and now >= session.closing_at + timedelta(
+        seconds=settings.SESSION_CLOSE_TIMEOUT_SECONDS
+    )
     try:
-        trainjob, copy = _delete_objects(session)
+        # Past the close timeout the TrainJob goes stopped or not (the stop's own fallback is shorter).
+        trainjob, copy, deleted = _delete_objects(session, force=timed_out)
+        for wait in GONE_WAITS:  # what this pass deleted usually goes at once: look again before leaving
+            if not deleted or not (trainjob or copy):
+                break
+            time.sleep(wait)
+            trainjob, copy, deleted = _delete_objects(session, force=timed_out)
         labelled = pods.list_pods(session.namespace, f"{label_domain}/job={session.id}")
         left = leftover_pods(labelled, _chain(session, labelled)) if labelled else []
     except ClusterError as exc:
@@ -463,9 +479,7 @@ def session_close_observe(*, session_id: str) -> Session | None:
     now = timezone.now()
     if not trainjob and not copy and not left:
         session_set_state(session, {SessionState.CLOSING}, SessionState.CLOSED, closed_at=now)
-    elif session.closing_at and now >= session.closing_at + timedelta(
-        seconds=settings.SESSION_CLOSE_TIMEOUT_SECONDS
-    ):
+    elif timed_out:
         still = ", ".join(p.name for p in left) or "none"
         warning = (
             f"{len(left)} pod(s) of TrainJob {session.namespace}/{session.name} still existed "
