@@ -17,10 +17,11 @@ PYTHON = str(Path(sys.executable))
 
 
 def image_environment() -> dict[str, str]:
-    """The ENV lines of the Containerfile (the image's own settings), PATH aside."""
+    """The ENV lines of the Containerfile's final stage (the image's own settings), PATH aside."""
     text = (REPO / "Containerfile").read_text().replace("\\\n", " ")
+    final_stage = re.split(r"^FROM ", text, flags=re.MULTILINE)[-1]
     env: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in final_stage.splitlines():
         if line.startswith("ENV "):
             for key, value in re.findall(r"(\w+)=(\S+)", line[4:]):
                 env[key] = value
