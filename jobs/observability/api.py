@@ -71,18 +71,21 @@ class EventsApi(APIView):
             ),
             OpenApiParameter("job", str, required=False, description="only this job's changes"),
         ],
-        responses={200: FeedPageSerializer},
+        responses={200: FeedPageSerializer, 422: DetailSerializer},
         summary="Every change of the jobs you may see, oldest first, after a cursor",
     )
     def get(self, request: Request) -> Response:
         params = request.query_params
-        try:
-            after = feed.parse_cursor(params.get("after"), user_id=int(request.user.pk or 0))
-        except feed.BadCursor as exc:
-            raise ValidationError({"after": [str(exc)]}) from None
         raw_limit = params.get("limit", str(feed.PAGE))
         if not (raw_limit.isascii() and raw_limit.isdigit()) or not 1 <= int(raw_limit) <= feed.PAGE_MAX:
             raise ValidationError({"limit": [f"must be an integer from 1 to {feed.PAGE_MAX}"]})
+        raw_after = params.get("after")
+        try:
+            after = feed.parse_cursor(raw_after, user_id=int(request.user.pk or 0))
+        except feed.BadCursor as exc:
+            if raw_after and cursors.well_formed(raw_after):  # shaped right, but not a cursor of yours
+                return Response({"detail": str(exc)}, status=status.HTTP_422_UNPROCESSABLE_ENTITY)
+            raise ValidationError({"after": [str(exc)]}) from None
         changes = feed.visible_changes(request.user, selectors.jobs_visible_to(request.user))
         if params.get("job"):
             changes = changes.filter(job_id=params["job"])
@@ -316,7 +319,7 @@ class WebhookDeliveriesApi(APIView):
                 description="deliveries older than this cursor (a delivery's, from an earlier answer to you)",
             ),
         ],
-        responses=DeliverySerializer(many=True),
+        responses={200: DeliverySerializer(many=True), 422: DetailSerializer},
         summary="An endpoint's deliveries, newest first (100 a page), each attempt with status and latency",
     )
     def get(self, request: Request, endpoint_id: str) -> Response:
@@ -332,6 +335,11 @@ class WebhookDeliveriesApi(APIView):
             try:
                 deliveries = deliveries.filter(seq__lt=cursors.unseal(before, int(request.user.pk or 0)))
             except cursors.BadCursor:
+                if cursors.well_formed(before):  # shaped right, but not a cursor handed to you
+                    return Response(
+                        {"detail": f"{before!r} is not a cursor of this list handed to you"},
+                        status=status.HTTP_422_UNPROCESSABLE_ENTITY,
+                    )
                 raise ValidationError({"before": ["a cursor from this list"]}) from None
         rows: list[Any] = list(deliveries.order_by("-seq")[:100])
         return Response(DeliverySerializer(rows, many=True, context={"user_id": request.user.pk}).data)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 import struct
 from typing import Final
 
@@ -42,6 +43,12 @@ def seal(seq: int, user_id: int) -> str:
     encryptor = _cipher(settings.SECRET_KEY).encryptor()
     block = encryptor.update(_LAYOUT.pack(seq, user_id, _MAGIC)) + encryptor.finalize()
     return base64.urlsafe_b64encode(block).decode().rstrip("=")
+
+
+def well_formed(cursor: str) -> bool:
+    """Shaped like a cursor (the schema's PATTERN): a cursor that is not one of the reader's is then a
+    well-formed request dispatch cannot honour (422), not a malformed one (400)."""
+    return len(cursor) == LENGTH and re.fullmatch(PATTERN, cursor) is not None
 
 
 def unseal(cursor: str, user_id: int) -> int:
