@@ -168,3 +168,19 @@ def test_oncall_may_cancel_anyones_job_users_may_not(
     assert oncall_api.post(f"/api/v1/jobs/{job.id}/cancel").status_code == 202
     job.refresh_from_db()
     assert job.state == JobState.CANCELLED and job.message == "cancelled by olive"
+
+
+@pytest.mark.parametrize("path", ["/api/v1/jobs", "/api/v1/sessions"])
+@pytest.mark.parametrize("cursor", ["\x00", "a b", "é"])
+def test_a_list_cursor_that_is_not_base64_text_is_a_400_not_the_first_page(
+    make_user: Any, path: str, cursor: str
+) -> None:
+    """DRF's cursor decoding drops characters outside base64's alphabet, so `?cursor=%00` read as no cursor
+    and answered the first page (schemathesis: a schema-violating request accepted, issue 37)."""
+    _, token = make_user("uma", "user", ("team-a",))
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    response = client.get(path, {"cursor": cursor})
+    assert response.status_code == 400, response.content
+    assert response.json() == {"cursor": ["not a cursor of this list"]}
+    assert client.get(path).status_code == 200
