@@ -133,12 +133,12 @@ class CreatedCursorPagination(CursorPagination):
         return int(raw)
 
     def decode_cursor(self, request: Any) -> Any:
-        """A cursor is DRF's base64 text: anything else (a NUL, a space) is a 400. DRF's own decoding drops
-        characters outside the alphabet, so such a cursor read as no cursor at all (schemathesis found it,
-        issue 37)."""
+        """A cursor is DRF's base64 text: anything else (a NUL, a space) is an invalid cursor, 404 as DRF
+        answers one it cannot decode. DRF's own decoding drops characters outside the alphabet, so such a
+        cursor read as no cursor at all and answered the first page (schemathesis found it, issue 37)."""
         raw = request.query_params.get(self.cursor_query_param)
         if raw is not None and not BASE64_TEXT.fullmatch(raw):
-            raise exceptions.ValidationError({self.cursor_query_param: ["not a cursor of this list"]})
+            raise exceptions.NotFound(self.invalid_cursor_message)
         return super().decode_cursor(request)
 
     def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
