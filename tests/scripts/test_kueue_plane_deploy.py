@@ -134,11 +134,17 @@ def test_dispatchs_kueue_rbac_rules_are_enough_and_the_visibility_api_enforces_t
         with pytest.raises(ApiException) as refused:  # supervision reads Workloads per managed namespace
             probe.custom.list_cluster_custom_object(*KUEUE, "workloads")
         assert refused.value.status == 403
+        # What plan reads (cluster/kueue.py's gets); nothing more: no LocalQueue list, no ResourceFlavor.
         probe.custom.get_cluster_custom_object(*KUEUE, "clusterqueues", kueue_queue.cluster_queue)
-        probe.custom.list_namespaced_custom_object(*KUEUE, ns, "localqueues")
         probe.custom.get_namespaced_custom_object(*KUEUE, ns, "localqueues", kueue_queue.name)
         probe.custom.get_cluster_custom_object(*KUEUE, "workloadpriorityclasses", "dispatch-low")
-        probe.custom.get_cluster_custom_object(*KUEUE, "resourceflavors", "dispatch-kwok")
+        for unused in (
+            lambda: probe.custom.list_namespaced_custom_object(*KUEUE, ns, "localqueues"),
+            lambda: probe.custom.get_cluster_custom_object(*KUEUE, "resourceflavors", "dispatch-kwok"),
+        ):
+            with pytest.raises(ApiException) as refused:
+                unused()
+            assert refused.value.status == 403
         assert pending_workloads(probe, kueue_queue)["kind"] == "PendingWorkloadsSummary"
         with pytest.raises(ApiException) as refused:
             pending_workloads(probe, KueueQueue("dispatch", "default", "dispatch"))  # default/dispatch exists
