@@ -6,8 +6,10 @@ when a stop the cluster accepted has had STOP_WAIT_SECONDS to show and did not."
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any, Final
 
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from cluster import gateway, kueue
@@ -18,6 +20,35 @@ from jobs.objects import TRAINJOB, kueue_lets_suspend
 # is down, say: then nothing can rebuild the JobSet either), counted from the first stop the cluster accepted,
 # never from the request: a delete delivered late stops first.
 STOP_WAIT_SECONDS: Final = 30.0
+
+# How long one delete pass waits, between reads, for what it deleted to be gone before it leaves the rest to
+# the next pass (a job's delete task's retry, a session's next close look).
+GONE_WAITS: Final = (0.1, 0.2, 0.4, 0.8)
+
+
+class StopClock:
+    """When the cluster first accepted a TrainJob's stop: kept on its row (`rows`: the Execution or Session,
+    by primary key; its `stop_accepted_at`), compare-and-set so that two deliveries at once keep the first,
+    and read back by every later one. Without rows, kept in memory only."""
+
+    def __init__(self, *, rows: QuerySet[Any] | None, accepted_at: datetime | None) -> None:
+        self.rows = rows
+        self.accepted_at = accepted_at
+
+    def accepted(self) -> None:
+        if self.accepted_at is not None:
+            return
+        now = timezone.now()
+        if self.rows is not None:
+            self.rows.filter(stop_accepted_at__isnull=True).update(stop_accepted_at=now)
+            now = self.rows.values_list("stop_accepted_at", flat=True).first() or now
+        self.accepted_at = now
+
+    def ran_out(self) -> bool:
+        """The fallback: a stop was accepted STOP_WAIT_SECONDS ago and the Trainer still shows none."""
+        if self.accepted_at is None:
+            return False
+        return (timezone.now() - self.accepted_at).total_seconds() >= STOP_WAIT_SECONDS
 
 
 def _uid(obj: dict[str, Any]) -> str:

@@ -63,7 +63,7 @@ from jobs.sessions.rules import (
     trainer_pod_claims,
     trainer_pod_problem,
 )
-from jobs.stopping import STOP_WAIT_SECONDS, trainjob_stop
+from jobs.stopping import GONE_WAITS, StopClock, trainjob_stop
 from runtimes.models import AllowListEntry, SiteSettings, runtime_ref
 from runtimes.reasons import NODE_CONTAINER, RUNTIME_NOT_ALLOWED, Reason, not_allowed_message
 from runtimes.selectors import allow_list_entry, get_runtime
@@ -72,8 +72,6 @@ logger = logging.getLogger(__name__)
 
 
 POLL_SECONDS: Final = 0.25
-# How long one close pass waits, between reads, for what it deleted to be gone (as a job's delete does).
-GONE_WAITS: Final = (0.1, 0.2, 0.4, 0.8)
 
 
 def session_open(*, owner: User, request: SessionRequest) -> Session:
@@ -396,10 +394,8 @@ def _stopped_first(session: Session, trainjob: dict[str, Any], *, force: bool = 
     accepted STOP_WAIT_SECONDS ago still shows none (the Trainer is down: nothing rebuilds its JobSet either).
     Otherwise it asks for the stop (jobs.stopping), records when the cluster first accepted it, and says
     not yet; a stop the API server refuses (the runtime copy already gone) lets the delete go ahead."""
-    if force or trainjob_stopped(trainjob):
-        return True
-    accepted = session.stop_accepted_at
-    if accepted is not None and (timezone.now() - accepted).total_seconds() >= STOP_WAIT_SECONDS:
+    stop = StopClock(rows=Session.objects.filter(pk=session.pk), accepted_at=session.stop_accepted_at)
+    if force or trainjob_stopped(trainjob) or stop.ran_out():
         return True
     try:
         trainjob_stop(
@@ -408,13 +404,8 @@ def _stopped_first(session: Session, trainjob: dict[str, Any], *, force: bool = 
     except Rejected as exc:
         logger.info("session %s: could not stop its TrainJob before deleting it: %s", session.id, exc)
         return True
-    if accepted is None:
-        Session.objects.filter(pk=session.pk, stop_accepted_at__isnull=True).update(
-            stop_accepted_at=timezone.now()
-        )
-        session.stop_accepted_at = Session.objects.values_list("stop_accepted_at", flat=True).get(
-            pk=session.pk
-        )
+    stop.accepted()
+    session.stop_accepted_at = stop.accepted_at
     return False
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import suppress
-from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -22,7 +21,7 @@ from jobs import enqueue
 from jobs.logtail import execution_log_keep
 from jobs.models import ACTIVE_STATES, Execution, Job, JobState, PodTombstone
 from jobs.objects import TRAINING_RUNTIME, TRAINJOB, is_ours, trainjob_stopped
-from jobs.stopping import STOP_WAIT_SECONDS, trainjob_stop
+from jobs.stopping import GONE_WAITS, StopClock, trainjob_stop
 from jobs.submission.claim import job_event, job_transition, start_may_still_create
 from jobs.submission.errors import JobNotCancellable, TransientSubmitError
 
@@ -53,7 +52,7 @@ def execution_objects_delete(job: Job, execution: Execution, *, retry_transient:
     if fresh.state == JobState.FAILED and fresh.objects_removed_at is None:
         execution_log_keep(job=job, execution=fresh)  # the failing rank's log goes with its pod
     made = fresh.trainjob_uid  # "" when no start recorded one (yet)
-    stop = _StopClock(execution_id=fresh.pk, accepted_at=fresh.stop_accepted_at)
+    stop = StopClock(rows=Execution.objects.filter(pk=fresh.pk), accepted_at=fresh.stop_accepted_at)
     try:
         # Fenced first: once the cascade starts, a controller acting on a stale cache could make the
         # attempt's pods again (cluster/fence.py); the guard refuses them from here on.
@@ -80,44 +79,8 @@ def execution_objects_delete(job: Job, execution: Execution, *, retry_transient:
     return True
 
 
-# How long one delete delivery waits, between reads, for what it deleted to be gone before it leaves the
-# rest to the task's retry.
-GONE_WAITS = (0.1, 0.2, 0.4, 0.8)
-
-
-class _StopClock:
-    """When the cluster first accepted this execution's stop: kept on the Execution (compare-and-set, so two
-    deliveries at once keep the first), and read back from it by every later delivery."""
-
-    def __init__(self, *, execution_id: int | None, accepted_at: datetime | None) -> None:
-        self.execution_id = execution_id
-        self.accepted_at = accepted_at
-
-    def accepted(self) -> None:
-        if self.accepted_at is not None:
-            return
-        now = timezone.now()
-        if self.execution_id is not None:
-            Execution.objects.filter(pk=self.execution_id, stop_accepted_at__isnull=True).update(
-                stop_accepted_at=now
-            )
-            first = (
-                Execution.objects.filter(pk=self.execution_id)
-                .values_list("stop_accepted_at", flat=True)
-                .first()
-            )
-            now = first or now
-        self.accepted_at = now
-
-    def ran_out(self) -> bool:
-        """The fallback: a stop was accepted STOP_WAIT_SECONDS ago and the Trainer still shows none."""
-        if self.accepted_at is None:
-            return False
-        return (timezone.now() - self.accepted_at).total_seconds() >= STOP_WAIT_SECONDS
-
-
 def _delete_pass(
-    job: Job, name: str, unannotated_ok: bool, stop: _StopClock | None = None, made: str = ""
+    job: Job, name: str, unannotated_ok: bool, stop: StopClock | None = None, made: str = ""
 ) -> list[str]:
     """Delete what is left of ours under `name`; the kinds still there (being deleted, or just deleted).
     A TrainJob is stopped first (_stop) and deleted once the Trainer shows it stopped, or STOP_WAIT_SECONDS
