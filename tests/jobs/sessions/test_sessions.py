@@ -114,13 +114,6 @@ def plain_runtime(kube: Any, namespace: str, name: str = "plain") -> str:
     return create_runtime(kube, namespace, runtime_body("TrainingRuntime", name, namespace))
 
 
-@pytest.fixture
-def api(submitter: tuple[User, str]) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {submitter[1]}")
-    return client
-
-
 def open_body(namespace: str, runtime: str, **extra: Any) -> dict[str, Any]:
     return {
         "runtime": {"kind": "TrainingRuntime", "name": runtime},

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from kubernetes.client.rest import ApiException
 from rest_framework.test import APIClient
 
@@ -75,13 +74,6 @@ def session_queue(kube: Kube, namespace: str, kueue: None) -> Iterator[KueueQueu
         except ApiException as exc:
             if exc.status != 404:
                 raise
-
-
-@pytest.fixture
-def api(submitter: tuple[User, str]) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {submitter[1]}")
-    return client
 
 
 def _trainjob(kube: Kube, namespace: str, name: str) -> dict[str, Any]:

@@ -52,13 +52,6 @@ JOB_SELECTOR_LABELS = frozenset(
 )
 
 
-@pytest.fixture
-def api(submitter: tuple[User, str]) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {submitter[1]}")
-    return client
-
-
 def _open_running(api: APIClient, namespace: str, runtime: str, **extra: Any) -> dict[str, Any]:
     response = api.post(
         "/api/v1/sessions?wait=90", open_body(namespace, runtime, num_nodes=1) | extra, format="json"

@@ -9,7 +9,6 @@ import threading
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from kubernetes import watch
 from rest_framework.test import APIClient
 
@@ -17,13 +16,6 @@ from tests.jobs.sessions.test_sessions import open_body, plain_runtime
 from tests.support.dispatch import GROUP, VERSION
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-def api(submitter: tuple[User, str]) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {submitter[1]}")
-    return client
 
 
 def test_closing_a_session_suspends_its_trainjob_before_deleting_it(
