@@ -41,6 +41,7 @@ $(DOCS_VENV)/.installed: requirements-docs.lock
 venv: $(VENV)/.installed ## create the virtualenv and install the pinned dependencies
 
 cluster-build: ## compile the local Kubernetes control plane (cached under ~/.cache/dispatch-cluster)
+	scripts/cluster build --kueue
 
 cluster-up: cluster-build ## start the local control plane (prints its kubeconfig)
 	scripts/cluster up

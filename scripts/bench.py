@@ -23,9 +23,10 @@
 7. Usage (scripts/bench_usage.py): GET /api/v1/usage for 30 days over the daily rollup of 1,000,000 ended
    attempts (p95 < 300 ms), beside 1,000.
 Each target is judged on the median of its rounds where it has rounds (never the best round). The report
-is printed and written to var/bench/report.md; it opens with what the figures were measured on (the commit and
-whether the checkout was dirty, PostgreSQL's fsync / synchronous_commit / full_page_writes as the servers
-report them, etcd's --unsafe-no-fsync from its running command line) and ends with the verdict
+is printed and written to var/bench/report.md (and as data to var/bench/report.json, which `python -m
+scripts.figures keep` keeps as the docs' figure file); it opens with what the figures were measured on (the
+commit and whether the checkout was dirty, PostgreSQL's fsync / synchronous_commit / full_page_writes as the
+servers report them, etcd's --unsafe-no-fsync from its running command line) and ends with the verdict
 (scripts/bench_verdict.py). A section that fails is reported as failed and the others still run. make bench
 exits 1 on any missed target or failed section, after the whole report is written, and names each miss; a
 section that cannot run here (Kueue absent, BENCH_KUEUE=off) is skipped with its reason and is not a miss.
@@ -33,6 +34,8 @@ section that cannot run here (Kueue absent, BENCH_KUEUE=off) is skipped with its
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -227,7 +230,6 @@ def rules_lines(rows: list[dict[str, Any]]) -> list[str]:
 def submissions_run() -> dict[str, Any]:
     """Submissions against a trivial request on a durable PostgreSQL of the bench's own
     (scripts/bench_submit.py, a subprocess: this process's Django is set up on the shared test database)."""
-    import json
 
     log("submissions/s against GET /api/v1/me on a durable PostgreSQL (scripts/bench_submit.py) ...")
     done = subprocess.run(
@@ -328,12 +330,37 @@ def write_report(body: list[str], outcomes: list[Outcome], measured_on: Durabili
     report = "\n".join(lines) + "\n"
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(report)
-    print(report, flush=True)
     missed = misses(outcomes)
+    (out / "report.json").write_text(json.dumps(report_json(outcomes, measured_on, missed), indent=2) + "\n")
+    print(report, flush=True)
     for miss in missed:
         log(f"MISSED: {miss}")
     log(f"report written to {out / 'report.md'}; {len(missed)} missed target(s)")
     return exit_code(outcomes)
+
+
+def report_json(outcomes: Sequence[Outcome], measured_on: Durability, missed: list[str]) -> dict[str, Any]:
+    """report.json: what `python -m scripts.figures keep` keeps as a figure file (the docs' table)."""
+    return {
+        "kind": "bench",
+        "at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "cores": os.cpu_count(),
+        "measured_on": {
+            "commit": dict(measured_on.commit),
+            "lines": [line.removeprefix("- ") for line in durability_lines(measured_on)],
+        },
+        "outcomes": [
+            {
+                "section": o.section,
+                "skipped": o.skipped,
+                "failed": o.failed,
+                "targets": [dataclasses.asdict(t) for t in o.targets],
+            }
+            for o in outcomes
+        ],
+        "missed": missed,
+        "ok": not missed,
+    }
 
 
 def main() -> int:
