@@ -54,6 +54,18 @@ def kubeconfig_of(cluster: str) -> str:
     return str(path)
 
 
+def worker_names() -> list[str]:
+    """The MultiKueue workers dispatch has credentials for: <WORKER_KUBECONFIG_DIR>/<name>.kubeconfig."""
+    directory = str(getattr(settings, "WORKER_KUBECONFIG_DIR", "") or "")
+    if not directory or not Path(directory).is_dir():
+        return []
+    return sorted(
+        p.name.removesuffix(".kubeconfig")
+        for p in Path(directory).glob("*.kubeconfig")
+        if p.is_file() and is_dns1123_subdomain(p.name.removesuffix(".kubeconfig"))
+    )
+
+
 def has_credentials(cluster: str) -> bool:
     """Whether dispatch has a kubeconfig of its own for `cluster` (kubeconfig_of finds one)."""
     try:

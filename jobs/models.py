@@ -253,6 +253,26 @@ class SupervisorCycle(models.Model):
         return self.name
 
 
+class WorkerRead(models.Model):
+    """How supervision's last reads of a MultiKueue worker cluster went (issue 35): when every read it needed
+    there last answered, when one last failed and why. One row per worker (its MultiKueueCluster name),
+    written by the cycles that read it (jobs.supervision.reads.read_workers); the overview's worker health
+    and /metrics (dispatch_worker_*) read it."""
+
+    name = models.CharField(primary_key=True, max_length=253)
+    ok_at = models.DateTimeField(null=True)
+    failed_at = models.DateTimeField(null=True)
+    error = models.TextField(blank=True, default="")
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def reading(self) -> bool:
+        """Whether its last read answered (a read that failed after it did not follow)."""
+        return self.ok_at is not None and (self.failed_at is None or self.ok_at >= self.failed_at)
+
+
 class PodTombstone(models.Model):
     """A pod of an active execution that a watch saw deleted, with its last state (its DisruptionTarget is
     often the only evidence of a preemption, eviction or lost node). Kept until a cycle that used it commits

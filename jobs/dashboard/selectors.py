@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from dispatch_site import roles
 from dispatch_site.causes import Cause
-from jobs.models import ACTIVE_STATES, Job, JobState, SupervisorCycle
+from jobs.models import ACTIVE_STATES, Execution, Job, JobState, SupervisorCycle, WorkerRead
 from jobs.selectors import jobs_visible_to, window_start
 from runtimes.fixes import Fix, fix_for
 from runtimes.models import AllowListEntry, RuntimeVerdict, runtime_ref
@@ -325,6 +325,68 @@ def supervisor_health(user: Any, *, now: datetime | None = None) -> SupervisorHe
         api_requests=cycle.api_requests if cycle else 0,
         error=_shown_error(user, cycle.error if cycle else ""),
     )
+
+
+@dataclass(frozen=True)
+class WorkerHealth:
+    """One MultiKueue worker cluster on the overview (issue 35): whether it answers now (the live check the
+    view made), how supervision's last reads of it went (jobs.models.WorkerRead), and how many of the user's
+    visible jobs run there."""
+
+    name: str
+    reachable: bool
+    version: str
+    error: str
+    last_read_ok: datetime | None
+    last_read_failed: datetime | None
+    read_error: str
+    reading: bool
+    running: int
+
+
+def worker_health(
+    user: Any, *, configured: list[str], checks: dict[str, dict[str, Any]]
+) -> list[WorkerHealth]:
+    """Every worker dispatch has credentials for (`configured`), has read, or has a supervised job on;
+    `checks`: the live check of each (cluster.health.check_worker), a missing one read as not reachable.
+    Error texts for the platform role only."""
+    reads = {r.name: r for r in WorkerRead.objects.all()}
+    on_worker = (
+        Execution.objects.filter(state__in=ACTIVE_STATES, job__state__in=ACTIVE_STATES)
+        .exclude(cluster="")
+        .values_list("cluster", flat=True)
+        .distinct()
+    )
+    names = sorted(set(configured) | set(reads) | set(on_worker))
+    running = dict(
+        Execution.objects.filter(
+            cluster__in=names,
+            state=JobState.RUNNING,
+            job__in=jobs_visible_to(user),
+            job__state=JobState.RUNNING,
+        )
+        .values_list("cluster")
+        .annotate(n=Count("pk"))
+        .values_list("cluster", "n")
+    )
+    rows = []
+    for name in names:
+        check = checks.get(name) or {"ok": False, "error": "dispatch has no credentials for it"}
+        read = reads.get(name)
+        rows.append(
+            WorkerHealth(
+                name=name,
+                reachable=bool(check.get("ok")),
+                version=str(check.get("version") or ""),
+                error=_shown_error(user, str(check.get("error") or "")),
+                last_read_ok=read.ok_at if read else None,
+                last_read_failed=read.failed_at if read else None,
+                read_error=_shown_error(user, read.error if read and not read.reading else ""),
+                reading=bool(read and read.reading),
+                running=int(running.get(name, 0)),
+            )
+        )
+    return rows
 
 
 HIDDEN_ERROR = "an error (its text is shown to the platform role)"

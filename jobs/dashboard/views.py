@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 import yaml
 from django import forms
 from django.contrib import messages
+from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -23,6 +24,7 @@ from django.utils.cache import patch_vary_headers
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
+from cluster import client as cluster_client
 from cluster import guard as cluster_guard
 from cluster import health as cluster_health
 from cluster import logs as cluster_logs
@@ -81,9 +83,28 @@ def home_cluster(request: HttpRequest) -> HttpResponse:
             request.user, cluster_guard.check_guard(max_age=cluster_guard.CACHE_SECONDS)
         ),
         "supervisor": dashboard.supervisor_health(request.user),
+        "workers": dashboard.worker_health(
+            request.user, configured=(names := cluster_client.worker_names()), checks=_worker_checks(names)
+        ),
         "cluster_poll": CLUSTER_POLL_SECONDS,
     }
     return render(request, "dashboard/_cluster.html", context)
+
+
+WORKER_CHECK_SECONDS = 15  # a worker's live check is reused this long (the cluster box polls more often)
+
+
+def _worker_checks(names: list[str]) -> dict[str, dict[str, Any]]:
+    """Each configured MultiKueue worker asked now (its answer kept WORKER_CHECK_SECONDS in this process)."""
+    checks = {}
+    for name in names:
+        key = f"dispatch:worker-check:{name}"
+        found = cache.get(key)
+        if found is None:
+            found = cluster_health.check_worker(name)
+            cache.set(key, found, WORKER_CHECK_SECONDS)
+        checks[name] = found
+    return checks
 
 
 # ---------------------------------------------------------------- refusals

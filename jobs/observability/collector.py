@@ -5,20 +5,25 @@
   compaction, however many jobs there are; elsewhere (SQLite under `make up`) one grouped query on the jobs;
 - dispatch_supervisor_lag_seconds: since the supervisor's last cycle finished (its row), so a supervisor that
   stopped shows a growing lag, which a figure kept in its own process could not;
+- dispatch_worker_read_ok, dispatch_worker_last_read_age_seconds, dispatch_worker_jobs_running{cluster}:
+  each MultiKueue worker as supervision last read it (jobs.models.WorkerRead): whether that read answered,
+  since when it last did, and how many jobs run there;
 - dispatch_webhook_endpoints_disabled: endpoints disabled after repeated failures.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Count
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from jobs.models import Job, SupervisorCycle
+from jobs.models import Execution, Job, JobState, SupervisorCycle, WorkerRead
 from jobs.observability.models import JobCount, JobCountDelta, WebhookEndpoint
 
 COMPACT_LOCK = 0x64_69_73_70_63_6E_74  # pg_advisory_xact_lock key of the compaction ("dispcnt")
@@ -94,6 +99,7 @@ class DatabaseCollector(Collector):
             if finished is not None:
                 lag.add_metric([name], max(0.0, (now - finished).total_seconds()))
         yield lag
+        yield from worker_families(now)
         disabled = GaugeMetricFamily(
             "dispatch_webhook_endpoints_disabled",
             "Webhook endpoints disabled after repeated failed deliveries.",
@@ -102,3 +108,37 @@ class DatabaseCollector(Collector):
             [], WebhookEndpoint.objects.filter(active=False).exclude(disabled_reason="").count()
         )
         yield disabled
+
+
+def worker_families(now: datetime) -> Iterable[GaugeMetricFamily]:
+    """The MultiKueue workers' health: three families, one series per worker supervision has read."""
+    ok = GaugeMetricFamily(
+        "dispatch_worker_read_ok",
+        "1 when supervision's last read of the MultiKueue worker answered, 0 when it failed.",
+        labels=["cluster"],
+    )
+    age = GaugeMetricFamily(
+        "dispatch_worker_last_read_age_seconds",
+        "Seconds since supervision last read the MultiKueue worker successfully (absent if it never did).",
+        labels=["cluster"],
+    )
+    running = GaugeMetricFamily(
+        "dispatch_worker_jobs_running",
+        "Jobs whose current attempt runs on the MultiKueue worker.",
+        labels=["cluster"],
+    )
+    counted = dict(
+        Execution.objects.filter(state=JobState.RUNNING, job__state=JobState.RUNNING)
+        .exclude(cluster="")
+        .values_list("cluster")
+        .annotate(n=Count("pk"))
+        .values_list("cluster", "n")
+    )
+    for read in WorkerRead.objects.order_by("name"):
+        ok.add_metric([read.name], 1.0 if read.reading else 0.0)
+        if read.ok_at is not None:
+            age.add_metric([read.name], max(0.0, (now - read.ok_at).total_seconds()))
+        running.add_metric([read.name], float(counted.pop(read.name, 0)))
+    for name, n in sorted(counted.items()):  # running there, not read yet by this database's supervisor
+        running.add_metric([name], float(n))
+    return [ok, age, running]

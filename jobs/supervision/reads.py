@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from django.utils import timezone
+
 from cluster import gateway, kueue
 from cluster.errors import ClusterError
 from cluster.where import on_cluster
 from jobs.evidence import from_its_reporter
-from jobs.models import Execution
+from jobs.models import Execution, WorkerRead
 from jobs.naming import trainjob_name_prefix
 from jobs.supervision.grouping import EVENT, JOB, JOBSET, POD, TRAINJOB, WORKLOAD, ObjectSource, StaticIndex
 
@@ -102,8 +104,35 @@ def read_workers(
         objects.setdefault(worker, []).extend(found)
         if failed:
             errors[(worker, namespace)] = failed
+    record_worker_reads({worker for worker, _ in wanted}, errors)
     domains = {d for wanted_domains in wanted.values() for d in wanted_domains}
     return {worker: StaticIndex(found, domains) for worker, found in objects.items()}, errors
+
+
+def record_worker_reads(workers: set[str], errors: Mapping[tuple[str, str], Mapping[str, str]]) -> None:
+    """Keep how the reads of each worker went (jobs.models.WorkerRead, the overview's worker health and
+    /metrics): answered, or failed with the first required read's error. One upsert per outcome."""
+    now = timezone.now()
+    failed: dict[str, str] = {}
+    for (worker, _), kinds in sorted(errors.items()):
+        required = [kinds[kind] for kind in WORKER_REQUIRED if kind in kinds]
+        if required and worker not in failed:
+            failed[worker] = required[0]
+    answered = sorted(workers - set(failed))
+    if answered:
+        WorkerRead.objects.bulk_create(
+            [WorkerRead(name=w, ok_at=now) for w in answered],
+            update_conflicts=True,
+            unique_fields=["name"],
+            update_fields=["ok_at"],
+        )
+    if failed:
+        WorkerRead.objects.bulk_create(
+            [WorkerRead(name=w, failed_at=now, error=e[:2000]) for w, e in sorted(failed.items())],
+            update_conflicts=True,
+            unique_fields=["name"],
+            update_fields=["failed_at", "error"],
+        )
 
 
 def worker_failures(execution: Execution, errors: Mapping[tuple[str, str], Mapping[str, str]]) -> list[str]:

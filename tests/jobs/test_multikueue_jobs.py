@@ -13,11 +13,14 @@ happened on the workers is read with the tests' own clients of each plane, never
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from typing import Any
 
 import pytest
+from django.test import Client
 from kubernetes.client.rest import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from dispatch_site import roles
 from dispatch_site.services import user_create
@@ -92,6 +95,30 @@ def _running_pods(kube: Kube, trainjob: str) -> list[Any]:
     return [p for p in pods.items if p.status.phase == "Running"]
 
 
+def _worker_rows(username: str) -> dict[str, str]:
+    """The overview's worker table (the cluster box htmx polls), as `username` sees it: worker -> its row's
+    text."""
+    client = Client()
+    assert client.login(username=username, password="pw")
+    response = client.get("/overview/cluster/", HTTP_HX_REQUEST="true")
+    assert response.status_code == 200, response.content
+    rows = re.findall(r'<tr data-worker="([^"]+)">(.*?)</tr>', response.content.decode(), re.DOTALL)
+    return {name: " ".join(re.sub(r"<[^>]+>", " ", row).split()) for name, row in rows}
+
+
+def _worker_metrics(settings: Any) -> dict[tuple[str, str], float]:
+    """(family, worker) -> value of the dispatch_worker_* series in a /metrics scrape from this host."""
+    settings.METRICS_TOKEN = ""
+    response = Client().get("/metrics", REMOTE_ADDR="127.0.0.1")
+    assert response.status_code == 200, response.content
+    return {
+        (sample.name, sample.labels["cluster"]): sample.value
+        for family in text_string_to_metric_families(response.content.decode())
+        for sample in family.samples
+        if sample.name.startswith("dispatch_worker_")
+    }
+
+
 def _supervise_until(
     token: str, job_id: str, predicate: Any, what: str, capture: Any, timeout: float = 120
 ) -> dict[str, Any]:
@@ -124,6 +151,7 @@ def test_a_job_on_a_multikueue_queue_runs_on_a_worker_with_its_runtime_copy_and_
     multikueue_planes: dict[str, Kube],  # noqa: F811
     token: str,
     django_capture_on_commit_callbacks: Any,
+    settings: Any,
 ) -> None:
     body = _multi_body()
     planned = api_as(token).post("/api/v1/plan", body, format="json")
@@ -161,6 +189,19 @@ def test_a_job_on_a_multikueue_queue_runs_on_a_worker_with_its_runtime_copy_and_
     assert _running_pods(manager, name) == []  # nothing runs on the manager
     seen = Execution.objects.get(job_id=job_id, attempt=attempt).pods_seen
     assert {p["name"] for p in seen.values()} == {p.metadata.name for p in running}
+
+    # The overview's cluster box and /metrics show each worker: it answers, supervision read it, and the
+    # job runs on the one it was dispatched to (the user's own job: counted for them).
+    other = next(w for w in WORKERS if w != worker)
+    rows = _worker_rows("mk-user")
+    assert set(rows) >= set(WORKERS), rows
+    assert "reachable" in rows[worker] and "unreachable" not in rows[worker], rows[worker]
+    assert re.search(r"^\S+ reachable .* read \d\d:\d\d:\d\d UTC 1$", rows[worker]), rows[worker]
+    assert "unreachable" not in rows[other] and rows[other].endswith(" 0"), rows[other]
+    metrics = _worker_metrics(settings)
+    assert metrics[("dispatch_worker_read_ok", worker)] == 1.0, metrics
+    assert metrics[("dispatch_worker_jobs_running", worker)] == 1.0, metrics
+    assert metrics[("dispatch_worker_last_read_age_seconds", worker)] < 120, metrics
 
     # Rank 0's log, read from the worker (no such pod exists on the manager).
     rank_0 = next(
@@ -227,6 +268,7 @@ def test_a_lost_worker_ends_the_attempt_cluster_lost_and_the_next_runs_as_a_new_
     multikueue_planes: dict[str, Kube],  # noqa: F811
     token: str,
     django_capture_on_commit_callbacks: Any,
+    settings: Any,
 ) -> None:
     """The worker running a long job is stopped (`scripts/cluster down --worker`). While it cannot be read
     the job is unknown, the worker named; once Kueue evicts the Workload (workerLostTimeout, 30 s here,
@@ -258,6 +300,18 @@ def test_a_lost_worker_ends_the_attempt_cluster_lost_and_the_next_runs_as_a_new_
             token, job_id, lambda d: d["state"] == "unknown", f"the job unknown while {lost} is down", capture
         )
         assert lost in unknown["message"], unknown["message"]
+        # The overview names the lost worker unreachable and its reads failing (the error's text is the
+        # platform role's); /metrics says its last read failed.
+
+        def lost_shown() -> dict[str, str] | None:
+            rows = _worker_rows("mk-user")
+            return rows if "unreachable" in rows.get(lost, "") else None
+
+        rows = wait_for(f"the overview showing {lost} unreachable", lost_shown, timeout=60)
+        assert "failing since" in rows[lost], rows[lost]
+        assert "shown to the platform role" in rows[lost] and "refused" not in rows[lost], rows[lost]
+        assert "unreachable" not in rows[other], rows[other]
+        assert _worker_metrics(settings)[("dispatch_worker_read_ok", lost)] == 0.0
         second = _supervise_until(
             token,
             job_id,
