@@ -2,6 +2,7 @@
 evidence cannot drift apart.
 
     python -m scripts.figures keep var/chaos/<run>/report.json   # -> docs/figures/chaos/<run>.json
+    python -m scripts.figures keep --note "what else ran" REPORT # a note on the run's conditions
     python -m scripts.figures keep var/bench/report.json         # -> docs/figures/bench/<when>.json
     python -m scripts.figures render                             # rewrite the tables in the docs
     python -m scripts.figures render --check                     # exit 1 if a table differs from its files
@@ -130,6 +131,7 @@ def chaos_table(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     row("Kueue wave", "", ["on" if r.get("kueue_wave") else "off" for r in runs])
     row("shape", "`make up`'s", [_shape(r.get("shape") or {}) for r in runs])
     row("durability", "", [_chaos_durability(r.get("durability") or {}) for r in runs])
+    row("note", "", [r.get("note") or "-" for r in runs])
     for name in names:
         cells = []
         for run in runs:
@@ -187,6 +189,7 @@ def bench_table(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = [
         f"`make bench` at {run.get('at')} ({run.get('cores')} cores), "
         f"commit {_commit(measured.get('commit'))}:",
+        *(["", f"Note: {run['note']}"] if run.get("note") else []),
         "",
         *[f"- {line}" for line in measured.get("lines") or ()],
         "",
@@ -244,12 +247,14 @@ def render(*, check: bool, root: Path = FIGURES, tables: Mapping[str, Path] = TA
     return differing
 
 
-def keep(report_path: Path, *, root: Path = FIGURES) -> Path:
+def keep(report_path: Path, *, root: Path = FIGURES, note: str = "") -> Path:
     report = json.loads(report_path.read_text())
     kind, name, kept = figure_file(report)
+    if note:
+        kept["note"] = note
     out = root / kind / name
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(kept, indent=2, sort_keys=True, default=str) + "\n")
+    out.write_text(json.dumps(kept, indent=2, default=str) + "\n")
     return out
 
 
@@ -258,13 +263,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     keep_cmd = sub.add_parser("keep", help="keep a run's report as a figure file, then render")
     keep_cmd.add_argument("reports", nargs="+", type=Path)
+    keep_cmd.add_argument(
+        "--note", default="", help="the run's conditions the report cannot know (load, ...)"
+    )
     render_cmd = sub.add_parser("render", help="rewrite the docs' tables from the figure files")
     render_cmd.add_argument("--check", action="store_true", help="write nothing; exit 1 if a table differs")
     args = parser.parse_args(argv)
     try:
         if args.command == "keep":
             for path in args.reports:
-                print(f"kept {keep(path).relative_to(REPO)}")
+                print(f"kept {keep(path, note=args.note).relative_to(REPO)}")
         differing = render(check=args.command == "render" and args.check)
     except (FigureError, OSError, ValueError, KeyError) as exc:
         print(f"figures: {exc}", file=sys.stderr)

@@ -95,7 +95,7 @@ def test_a_kept_chaos_run_names_its_commit_shape_and_durability_and_shows_a_miss
         report.write_text(
             json.dumps(_chaos_report(seed=seed, run=f"2026120{seed}-1-seed{seed}", mismatches=mismatches))
         )
-        kept = figures.keep(report, root=root)
+        kept = figures.keep(report, root=root, note="shared machine" if seed == 1 else "")
         assert kept == root / "chaos" / f"2026120{seed}-1-seed{seed}.json"
         assert "jobs" not in json.loads(kept.read_text())  # the per-job detail is not kept
     figures.render(check=False, root=root, tables=tables)
@@ -105,6 +105,7 @@ def test_a_kept_chaos_run_names_its_commit_shape_and_durability_and_shows_a_miss
     assert rows["outcome_mismatches"] == "| outcome_mismatches | 0 | 0 | **3** |"
     assert rows["all figures at target"] == "| all figures at target | yes | yes | **NO** |"
     assert "2 threads worker(s) x 32" in rows["shape"]
+    assert rows["note"] == "| note |  | shared machine | - |"
     assert "fsync=on" in rows["durability"] and "etcd fsync on" in rows["durability"]
     assert rows["faults run (verified / planned)"].endswith("| 1 / 1 | 1 / 1 |")
     assert rows["observer: final attempts whose every rank was seen running"].endswith(
