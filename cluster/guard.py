@@ -1,5 +1,6 @@
 """Is dispatch's admission guard in the cluster: each ValidatingAdmissionPolicy of deploy/guard present, bound
-(a binding that denies), and which managed namespaces (labelled dispatch.dev/managed=true) it covers.
+(a binding that denies), and which managed namespaces (labelled dispatch.dev/managed=true) it covers; and its
+one MutatingAdmissionPolicy present and bound.
 
 The namespaces looked at are the ones dispatch submits to (every namespace granted to a user or group), each
 read by name: dispatch's ServiceAccount may get a namespace, never list them. A granted namespace without the
@@ -7,7 +8,7 @@ managed label is a warning too: the guard does not hold where it is not asked to
 
 The guard is what keeps a namespace member from forging a rank, a Job or a controller's Event
 (docs/security.md); a cluster without it is a visible warning (`manage.py check_cluster`, the overview's
-cluster box, /readyz for the platform role), never a silent gap. Three list calls read what is there;
+cluster box, /readyz for the platform role), never a silent gap. Five list calls read what is there;
 `guard_report` decides (pure).
 """
 
@@ -38,6 +39,7 @@ class Door:
     policy: str
     binding: str
     guards: str
+    mutating: bool = False  # a MutatingAdmissionPolicy (its binding has no validationActions to deny with)
 
 
 # deploy/guard, policy by policy (tests/deploy/test_guard_check.py keeps the two the same). A platform adapts
@@ -83,6 +85,17 @@ DOORS: Final[tuple[Door, ...]] = (
         "dispatch-kueue-admits-an-attempt-once",
         "dispatch-kueue-admits-an-attempt-once",
         "Kueue does not admit an evicted attempt's Workload again",
+    ),
+    Door(
+        "dispatch-kueue-marks-a-resumed-attempt",
+        "dispatch-kueue-marks-a-resumed-attempt",
+        "the API server marks a dispatch TrainJob the first time it is resumed",
+        mutating=True,
+    ),
+    Door(
+        "dispatch-kueue-resumes-an-attempt-once",
+        "dispatch-kueue-resumes-an-attempt-once",
+        "Kueue does not resume an attempt's TrainJob a second time, even under a Workload made again",
     ),
 )
 
@@ -209,7 +222,9 @@ def guard_report(
         policy = by_policy.get(door.policy)
         binding = by_binding.get(door.binding)
         bound = binding is not None and (binding.get("spec") or {}).get("policyName") == door.policy
-        denies = bound and "Deny" in ((binding or {}).get("spec") or {}).get("validationActions", ())
+        denies = bound and (
+            door.mutating or "Deny" in ((binding or {}).get("spec") or {}).get("validationActions", ())
+        )
         covered: tuple[str, ...] = ()
         if policy is not None and binding is not None and bound:
             covered = tuple(
@@ -248,6 +263,15 @@ def read_guard(namespaces: Sequence[str] | None = None) -> GuardReport:
         "ValidatingAdmissionPolicyBindings",
         "ValidatingAdmissionPolicyBinding",
         admission.list_validating_admission_policy_binding,
+    )
+    # The guard's one mutating policy (deploy/guard/kueue.yaml: the mark a second resume is refused on).
+    policies += raw_list(
+        "MutatingAdmissionPolicies", "MutatingAdmissionPolicy", admission.list_mutating_admission_policy
+    )
+    bindings += raw_list(
+        "MutatingAdmissionPolicyBindings",
+        "MutatingAdmissionPolicyBinding",
+        admission.list_mutating_admission_policy_binding,
     )
     found = []
     for name in namespaces_granted_to_anyone() if namespaces is None else namespaces:

@@ -36,6 +36,8 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
         f"localqueues.{KUEUE}": {"get"},
         "validatingadmissionpolicies.admissionregistration.k8s.io": {"list"},
         "validatingadmissionpolicybindings.admissionregistration.k8s.io": {"list"},
+        "mutatingadmissionpolicies.admissionregistration.k8s.io": {"list"},
+        "mutatingadmissionpolicybindings.admissionregistration.k8s.io": {"list"},
         "namespaces": {"get"},
         "jobsets.jobset.x-k8s.io": {"list"},
         "jobs.batch": {"list"},
@@ -124,6 +126,8 @@ CLUSTER_SCOPED = {
     "multikueueconfigs",
     "validatingadmissionpolicies",
     "validatingadmissionpolicybindings",
+    "mutatingadmissionpolicies",
+    "mutatingadmissionpolicybindings",
     "namespaces",
     "nodes",
 }

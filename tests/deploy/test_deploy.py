@@ -136,13 +136,14 @@ def test_the_overlay_points_the_guard_and_the_bindings_at_dispatchs_namespace(
         if p["metadata"]["name"]
         in {
             "dispatch-kueue-admits-an-attempt-once",
+            "dispatch-kueue-resumes-an-attempt-once",
             "dispatch-pods-from-the-job-controller",
             "dispatch-jobsets-and-jobs-from-their-controllers",
             "dispatch-evidence-from-its-reporter",
             "dispatch-ended-attempts-stay-ended",
         }
     ]
-    assert len(anyone) == 5 and all(v["name"] != "dispatch" for p in anyone for v in p["spec"]["variables"])
+    assert len(anyone) == 6 and all(v["name"] != "dispatch" for p in anyone for v in p["spec"]["variables"])
     names = {"dispatch": "dispatch-worker", "web": "dispatch-web"}
     for policy in policies:
         assert "namespace" not in policy["metadata"]

@@ -33,11 +33,14 @@ def _shipped() -> list[dict[str, Any]]:
 def test_the_check_expects_every_policy_and_binding_deploy_guard_ships() -> None:
     shipped = _shipped()
     policies = {o["metadata"]["name"] for o in select(shipped, "ValidatingAdmissionPolicy")}
+    mutating = {o["metadata"]["name"] for o in select(shipped, "MutatingAdmissionPolicy")}
     bindings = {
         o["metadata"]["name"]: o["spec"]["policyName"]
-        for o in select(shipped, "ValidatingAdmissionPolicyBinding")
+        for kind in ("ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicyBinding")
+        for o in select(shipped, kind)
     }
-    assert {d.policy for d in DOORS} == policies
+    assert {d.policy for d in DOORS if not d.mutating} == policies
+    assert {d.policy for d in DOORS if d.mutating} == mutating
     assert {d.binding: d.policy for d in DOORS} == bindings
 
 
@@ -48,8 +51,10 @@ def _namespace(name: str, **labels: str) -> dict[str, Any]:
 def test_a_binding_that_only_warns_or_selects_other_namespaces_is_named() -> None:
     """Pure: the report on objects as the API server would list them."""
     shipped = _shipped()
-    policies = select(shipped, "ValidatingAdmissionPolicy")
-    bindings = select(shipped, "ValidatingAdmissionPolicyBinding")
+    policies = select(shipped, "ValidatingAdmissionPolicy") + select(shipped, "MutatingAdmissionPolicy")
+    bindings = select(shipped, "ValidatingAdmissionPolicyBinding") + select(
+        shipped, "MutatingAdmissionPolicyBinding"
+    )
     managed = [_namespace("team-a", **{"dispatch.dev/managed": "true"})]
     assert guard_report(policies=policies, bindings=bindings, namespaces=managed).ok
     warn_only = [

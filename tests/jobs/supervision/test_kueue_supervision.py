@@ -405,6 +405,82 @@ def test_while_dispatch_sees_nothing_kueue_cannot_admit_a_preempted_attempt_agai
         recorder.stop()
 
 
+RESUMED = "guard.dispatch.dev/resumed"
+
+
+def test_a_workload_made_again_without_its_eviction_history_cannot_resume_the_attempt(
+    kube: Kube,
+    kueue_queue: KueueQueue,
+    submitter: tuple[User, str],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """The gap the Workload policy leaves: Kueue reads an eviction from the Workload's schedulingStats, and a
+    Workload made again has none. Attempt 1 runs, is preempted while dispatch sees nothing, and its Workload
+    is deleted (here by the test, as a user or Kueue itself on a spec mismatch would: the fault this injects
+    is the deletion, which nothing else produces on demand). Kueue makes a new Workload for the suspended
+    TrainJob and, once the quota is free, admits it: no history, so the Workload policy lets it through.
+    What holds is the TrainJob policy pair (deploy/guard/kueue.yaml, policies 4-5): the API server marked the
+    TrainJob when Kueue first resumed it, and refuses the second resume. The test's own pod watch sees no
+    pod of attempt 1 run again; dispatch, looking again, runs attempt 2 as a new TrainJob."""
+    ns = kueue_queue.namespace
+    token = submitter[1]
+    _allow_priorities(ns)
+    recorder = Recorder(kube, ns).start()
+    try:
+        job_id, first, first_pods = _low_job_running(
+            kube, kueue_queue, token, django_capture_on_commit_callbacks, recorder
+        )
+        resumed = get_trainjob(kube, ns, f"{job_id}-1")
+        assert (resumed["metadata"].get("annotations") or {}).get(RESUMED) == "true", resumed["metadata"]
+        log_before = len(_kueue_log())
+
+        # dispatch is away from here on: no cycle runs.
+        high = queued_trainjob(
+            kube, kueue_queue, "high", env={"KWOK_RUN_DURATION": "5s"}, priority="dispatch-high", gpus=True
+        )
+        evicted = wait_workload(
+            kube, first, lambda w: is_true(w, "Evicted", "Preempted"), "attempt 1 preempted"
+        )
+        kube.custom.delete_namespaced_custom_object(*KUEUE, ns, "workloads", evicted["metadata"]["name"])
+        again = wait_workload(
+            kube,
+            first,
+            lambda w: w["metadata"]["uid"] != evicted["metadata"]["uid"],
+            "a Workload made again for attempt 1",
+            timeout=60,
+        )
+        assert not (again.get("status") or {}).get("schedulingStats", {}).get("evictions"), again["status"]
+        wait_workload(kube, high, lambda w: is_true(w, "Finished", "Succeeded"), "high finished", timeout=90)
+
+        def rerun() -> set[str]:
+            return set(_pods_of_attempt(recorder, job_id, 1)) - first_pods
+
+        refusal = f"TrainJob {ns}/{job_id}-1 ran once and was suspended since"
+        wait_for(
+            "the Workload made again admitted, and Kueue's resume of attempt 1 refused",
+            lambda: refusal in _kueue_log()[log_before:] or bool(rerun()),
+            timeout=120,
+        )
+        assert admitted(workload_of(kube, first) or {}), "the Workload made again was not admitted"
+        assert rerun() == set(), f"attempt 1 ran again under the same identity: {sorted(rerun())}"
+        held = get_trainjob(kube, ns, f"{job_id}-1")
+        assert held["spec"].get("suspend") is True, held["spec"]
+
+        # dispatch looks again: attempt 1 ends, attempt 2 runs as a new TrainJob.
+        with django_capture_on_commit_callbacks(execute=True):
+            done = supervise_until(
+                token,
+                job_id,
+                lambda d: d["current_attempt"] == 2 and d["state"] == "running",
+                timeout=180,
+                what="attempt 2 running",
+            )
+        print("attempt 1 ended:", done["executions"][0]["state"], done["executions"][0]["cause"])
+        assert rerun() == set(), f"attempt 1 ran again: {sorted(rerun())}"
+    finally:
+        recorder.stop()
+
+
 # ---------------------------------------------------------------- deactivation and PodsReady timeout
 
 
