@@ -450,7 +450,7 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
             continue  # checked again under the locks; most executions, most cycles: no lock, no write
         if keeper.lost.is_set():
             return  # another holder runs cycles now: leave the writing to it
-        changed, supervised = apply_status(
+        applied = apply_status(
             execution_id=execution.pk,
             status=status,
             digest=digest,
@@ -458,8 +458,9 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
             tombstone_ids=used,
             job_id=execution.job_id,
         )
-        report.transitions += int(changed)
-        source.derived(execution, status, supervised)
+        report.transitions += int(applied.changed)
+        # A refused status was not judged: derived again next cycle, even if nothing it watches changes.
+        source.derived(execution, None if applied.refused else status, applied.supervised)
     phase("apply")
 
 
