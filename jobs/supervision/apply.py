@@ -3,9 +3,9 @@
 - every transition is compare-and-set under row locks taken in one order (job, then execution), and written
   as a JobEvent (from, to, cause, evidence): two supervisors at once never double-record or double-act;
 - an observation older than the one written last is refused (Execution.observed_at: when the cluster was
-  read), and the pods' memory is only ever added to, so state and memory never go back; so is a final
-  status derived without a tombstone written after the cycle read them (it may hold the DisruptionTarget
-  that explains the failure): the cycle derives it again;
+  read, on the database's clock: jobs.supervision.clock), and the pods' memory is only ever added to, so
+  state and memory never go back; so is a final status derived without a tombstone written after the cycle
+  read them (it may hold the DisruptionTarget that explains the failure): the cycle derives it again;
 - every terminal failure deletes the attempt's TrainJob (never its JobSet: status-facts §12), so healthy
   ranks do not keep their GPUs;
 - a failed execution is followed by attempt A+1 when the job's recovery policy says so
@@ -34,6 +34,7 @@ from jobs import enqueue, recovery
 from jobs.models import Execution, Job, JobEvent, JobState, PodTombstone
 from jobs.naming import trainjob_name
 from jobs.objects import TRAINJOB, trainjob_stopped
+from jobs.supervision.clock import observation_time
 from jobs.supervision.status import DerivedStatus, merge_memory
 from runtimes.models import SiteSettings
 
@@ -107,13 +108,13 @@ def apply_status(
 ) -> Applied:
     """Write one execution's derived status (see Applied). Compare-and-set under row locks (job, then
     execution: the order every writer uses), so a second supervisor with the same observation finds nothing
-    left to do, and one with an older observation (`observed_at`, when the cluster was read) is refused.
-    The tombstones the status used (`tombstone_ids`) are deleted in the same transaction, and only those:
-    one written after the cycle read them stays for the next cycle, and a status that would end the
-    execution without it is refused. A few round trips: a failure is written within a second of being seen
-    even when many fail at once."""
+    left to do, and one with an older observation (`observed_at`, when the cluster read began, on the
+    database's clock) is refused. The tombstones the status used (`tombstone_ids`) are deleted in the same
+    transaction, and only those: one written after the cycle read them stays for the next cycle, and a
+    status that would end the execution without it is refused. A few round trips: a failure is written
+    within a second of being seen even when many fail at once."""
     now = timezone.now()
-    observed_at = observed_at or now
+    observed_at = observed_at or observation_time()
     digest = digest or _digest(status)
     used = list(tombstone_ids or [])
     with transaction.atomic():

@@ -33,6 +33,7 @@ from cluster import gateway, kueue
 from cluster.informer import DELETED, Informer, uid_of
 from jobs.models import Execution, JobState, PodTombstone
 from jobs.supervision.apply import SUPERVISED
+from jobs.supervision.clock import observation_time
 from jobs.supervision.cycle import Observation, domain_of
 from jobs.supervision.grouping import EVENT, POD, WORKLOAD, involved, label_key, owner_uids
 from jobs.supervision.reads import LABELLED, is_dispatch_event, read_workers
@@ -155,7 +156,7 @@ class CacheSource:
         return sorted(rows, key=lambda e: e.pk)
 
     def observe(self, executions: Sequence[Execution]) -> Observation:
-        read_at = timezone.now()
+        read_at = observation_time()
         errors: dict[str, dict[str, str]] = {}
         waiting: set[str] = set()
         with self._lock:

@@ -8,10 +8,13 @@ PostgreSQL.
 - A tombstone written by another supervisor after a cycle read the tombstones is not deleted by that cycle's
   commit, the cycle's final status (derived without it) is refused, and the execution is derived again on
   the next cycle, with it: `evicted`.
+- Observations are ordered by the database's clock: a supervisor whose host clock runs an hour ahead does
+  not have the next supervisor's newer observations refused.
 
 The lagging watch is a fault injected into the informer (its watch thread holds the events it receives until
-the test lets them through: a real stream cannot be made late on demand). Everything else is the
-supervisor's own code: its informers, the tombstones it writes, its cycles and their writes.
+the test lets them through: a real stream cannot be made late on demand); the skewed host clock is a fake
+clock, used only to inject the skew. Everything else is the supervisor's own code: its informers, the
+tombstones it writes, its cycles and their writes.
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 from django.test import TestCase
+from django.utils import timezone
 
 from cluster import gateway
 from cluster.informer import Informer
@@ -265,4 +270,41 @@ def test_a_tombstone_written_after_a_cycle_read_them_is_neither_deleted_nor_miss
         assert _attempt(job_id).state == JobState.RUNNING, _attempt(job_id).cause
         cycle_until(a, "a", lambda: _attempt(job_id).state not in SUPERVISED, "attempt 1 judged", timeout=30)
         assert not any(p["metadata"]["uid"] == victim.metadata.uid and _disrupted(p) for p in lag.deliveries)
+    _assert_evicted(job_id, victim)
+
+
+# ---------------------------------------------------------------- two supervisors, two host clocks
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_supervisor_whose_host_clock_runs_ahead_does_not_hold_back_the_next_ones_newer_observations(
+    submitter: tuple[User, str], namespace: str, runtime_on: Any, kube: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Supervisor B, on a host whose clock is an hour ahead (a fake clock: the only way to skew one host's
+    clock in a test), follows the job to `running`; then A, on a host with the right time, supervises (B's
+    host is gone). A rank is evicted. Before, observations were timed by each host's clock: every one of A's
+    was "older" than B's last write and refused, and the job read `running` for an hour. They are timed by
+    the database's clock now: A's newer observation is written, `evicted`."""
+    runtime_on(None)
+    job_id = _post(
+        submitter[1], namespace, {"KWOK_STAY_RUNNING": "1"}, recovery_policy={"retry": {"evicted": 0}}
+    )
+    real_now = timezone.now
+    ahead = threading.Event()
+    monkeypatch.setattr(
+        timezone, "now", lambda: real_now() + (timedelta(hours=1) if ahead.is_set() else timedelta())
+    )
+    with sources(None, None) as (a, b):
+        ahead.set()
+        try:
+            cycle_until(b, "b", lambda: _state(job_id) == JobState.RUNNING, "B wrote running")
+        finally:
+            ahead.clear()
+        a.prepare()
+        wait_for(lambda: _both_running_in(a, job_id), timeout=30, what="both ranks Running in A's copy")
+        victim = sorted(running_pods(kube, namespace, job_id), key=lambda p: p.metadata.name)[0]
+        _evict(kube, namespace, victim)
+        cycle_until(
+            a, "a", lambda: _attempt(job_id).state not in SUPERVISED, "A judged attempt 1", timeout=60
+        )
     _assert_evicted(job_id, victim)
