@@ -3,7 +3,9 @@
 - every transition is compare-and-set under row locks taken in one order (job, then execution), and written
   as a JobEvent (from, to, cause, evidence): two supervisors at once never double-record or double-act;
 - an observation older than the one written last is refused (Execution.observed_at: when the cluster was
-  read), and the pods' memory is only ever added to, so state and memory never go back;
+  read, on the database's clock: jobs.supervision.clock), and the pods' memory is only ever added to, so
+  state and memory never go back; so is a final status derived without a tombstone written after the cycle
+  read them (it may hold the DisruptionTarget that explains the failure): the cycle derives it again;
 - every terminal failure deletes the attempt's TrainJob (never its JobSet: status-facts §12), so healthy
   ranks do not keep their GPUs;
 - a failed execution is followed by attempt A+1 when the job's recovery policy says so
@@ -20,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import transaction
 from django.db.models.signals import post_save
@@ -32,10 +34,19 @@ from jobs import enqueue, recovery
 from jobs.models import Execution, Job, JobEvent, JobState, PodTombstone
 from jobs.naming import trainjob_name
 from jobs.objects import TRAINJOB, trainjob_stopped
+from jobs.supervision.clock import observation_time
 from jobs.supervision.status import DerivedStatus, merge_memory
 from runtimes.models import SiteSettings
 
 SUPERVISED = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.UNKNOWN})
+
+
+class Applied(NamedTuple):
+    changed: bool  # the state changed
+    supervised: bool  # the execution is still supervised
+    # Not written: the observation began before the one written last, or a final status missed a tombstone
+    # written since the cycle read them. The execution is to be derived again on the next cycle.
+    refused: bool = False
 
 
 RETRY_BACKOFF = "retry-backoff"
@@ -94,37 +105,45 @@ def apply_status(
     observed_at: datetime | None = None,
     tombstone_ids: list[int] | None = None,
     job_id: str | None = None,
-) -> tuple[bool, bool]:
-    """Write one execution's derived status: (its state changed, it is still supervised). Compare-and-set
-    under row locks (job, then execution: the order every writer uses), so a second supervisor with the same
-    observation finds nothing left to do, and one with an older observation (`observed_at`, when the cluster
-    was read) is refused. The tombstones the status used are deleted in the same transaction. A few round
-    trips: a failure is written within a second of being seen even when many fail at once."""
+) -> Applied:
+    """Write one execution's derived status (see Applied). Compare-and-set under row locks (job, then
+    execution: the order every writer uses), so a second supervisor with the same observation finds nothing
+    left to do, and one with an older observation (`observed_at`, when the cluster read began, on the
+    database's clock) is refused. The tombstones the status used (`tombstone_ids`) are deleted in the same
+    transaction, and only those: one written after the cycle read them stays for the next cycle, and a
+    status that would end the execution without it is refused. A few round trips: a failure is written
+    within a second of being seen even when many fail at once."""
     now = timezone.now()
-    observed_at = observed_at or now
+    observed_at = observed_at or observation_time()
     digest = digest or _digest(status)
     used = list(tombstone_ids or [])
     with transaction.atomic():
         if job_id is None:
             job_id = Execution.objects.filter(pk=execution_id).values_list("job_id", flat=True).first()
             if job_id is None:
-                return False, False
+                return Applied(False, False)
         job = Job.objects.select_for_update().filter(pk=job_id).first()
         execution = Execution.objects.select_for_update().filter(pk=execution_id, job_id=job_id).first()
         if job is None or execution is None:
-            return False, False
+            return Applied(False, False)
         if (
             job.state not in SUPERVISED
             or execution.state not in SUPERVISED
             or job.current_attempt != execution.attempt
         ):
             PodTombstone.objects.filter(execution_id=execution.pk).delete()  # no cycle will use them
-            return False, False  # cancelled, or already finished by another supervisor
+            return Applied(False, False)  # cancelled, or already finished by another supervisor
         if execution.observed_at is not None and observed_at < execution.observed_at:
-            return False, True  # a newer observation was written meanwhile: this one would go back
+            return Applied(False, True, refused=True)  # a newer observation was written meanwhile
         if _nothing_new(status, digest, execution, job.state):
             consume_tombstones(used)
-            return False, True
+            return Applied(False, True)
+        unseen = PodTombstone.objects.filter(execution_id=execution.pk).exclude(pk__in=used)
+        if status.terminal and unseen.exists():
+            # A pod's tombstone came after the cycle read them (another supervisor's watch, or a delivery
+            # with the DisruptionTarget replacing the one read): the cause may be in it. The execution's row
+            # lock keeps more from coming (keep_tombstones locks it too) while this is decided.
+            return Applied(False, True, refused=True)
         changed = status.state != execution.state or job.state == JobState.UNKNOWN
         old_state = execution.state
         pods = merge_memory(execution.pods_seen or {}, status.pods)
@@ -246,14 +265,14 @@ def apply_status(
         if supervised:
             consume_tombstones(used)
         else:
-            # Leaving supervision: no cycle reads this execution again, so none of its tombstones (some may
-            # have been written after this cycle read them) would ever be used.
+            # Leaving supervision (a final status: it used every tombstone there is, checked above under the
+            # row lock), so these are exactly the ones used.
             PodTombstone.objects.filter(execution_id=execution.pk).delete()
         if delete:
             transaction.on_commit(enqueue.on_commit_send(enqueue.EXECUTION_DELETE, execution_id), robust=True)
     if not changed:
-        return False, True
-    return True, supervised
+        return Applied(False, True)
+    return Applied(True, supervised)
 
 
 def _new_event(job_id: str, attempt: int | None, kind: str, message: str, **fields: Any) -> JobEvent:

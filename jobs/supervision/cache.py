@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -34,10 +33,12 @@ from cluster import gateway, kueue
 from cluster.informer import DELETED, Informer, uid_of
 from jobs.models import Execution, JobState, PodTombstone
 from jobs.supervision.apply import SUPERVISED
+from jobs.supervision.clock import observation_time
 from jobs.supervision.cycle import Observation, domain_of
 from jobs.supervision.grouping import EVENT, POD, WORKLOAD, involved, label_key, owner_uids
 from jobs.supervision.reads import LABELLED, is_dispatch_event, read_workers
 from jobs.supervision.status import DerivedStatus
+from jobs.supervision.tombstones import TOMBSTONE_STATES, keep_tombstones
 from jobs.supervision.trim import (
     TRIMS,
     Key,
@@ -54,10 +55,6 @@ logger = logging.getLogger(__name__)
 
 RESYNC_SECONDS = 60.0
 FINISHED_FORGET_SECONDS = 3600.0
-# The states of an execution whose pods' tombstones a cycle may still use: supervised, or being started (a
-# rank can go between the TrainJob's create and the start's record). The watch writes tombstones only for
-# these, and the full re-read deletes those of any other.
-TOMBSTONE_STATES = frozenset({*SUPERVISED, JobState.PENDING})
 
 
 # ---------------------------------------------------------------- tracking executions
@@ -159,7 +156,7 @@ class CacheSource:
         return sorted(rows, key=lambda e: e.pk)
 
     def observe(self, executions: Sequence[Execution]) -> Observation:
-        read_at = timezone.now()
+        read_at = observation_time()
         errors: dict[str, dict[str, str]] = {}
         waiting: set[str] = set()
         with self._lock:
@@ -191,7 +188,7 @@ class CacheSource:
             dead, self._dead = self._dead, []
         if dead:
             try:
-                _keep_tombstones(dead)
+                keep_tombstones(dead)
             except Exception:
                 # The database did not take them (a restart, say): they are the only record of how those pods
                 # ended, so they wait for the next cycle instead of being dropped.
@@ -619,27 +616,3 @@ def _unique(groups: Iterable[list[Any]]) -> list[Any]:
                 seen.add(uid)
                 out.append(obj)
     return out
-
-
-def _keep_tombstones(dead: Sequence[tuple[int, dict[str, Any]]]) -> None:
-    """Write the tombstones of executions still supervised, or being started (a rank can go between the
-    TrainJob's create and the start's record); those of an execution whose status left supervision
-    (finished, retried, cancelled) are dropped, since no cycle would ever use them. The
-    executions' rows are locked (in primary-key order) while the rows go in, so a status write that ends an
-    execution (it locks the row and deletes its tombstones) comes wholly before or wholly after: no tombstone
-    outlives its execution's supervision."""
-    with transaction.atomic():
-        live = set(
-            Execution.objects.select_for_update(no_key=True)
-            .filter(pk__in={pk for pk, _ in dead}, state__in=TOMBSTONE_STATES)
-            .order_by("pk")
-            .values_list("pk", flat=True)
-        )
-        PodTombstone.objects.bulk_create(
-            [
-                PodTombstone(execution_id=pk, pod_uid=uid_of(pod)[:64], pod=pod)
-                for pk, pod in dead
-                if pk in live
-            ],
-            ignore_conflicts=True,
-        )

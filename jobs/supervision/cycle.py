@@ -51,6 +51,7 @@ from jobs.supervision.apply import (
     apply_status,
     consume_tombstones,
 )
+from jobs.supervision.clock import observation_time
 from jobs.supervision.grouping import (
     EVENT,
     JOB,
@@ -186,7 +187,9 @@ class LeaseKeeper:
 @dataclass
 class Observation:
     source: ObjectSource
-    read_at: datetime  # the reads began no earlier than this (an older observation never overwrites it)
+    # The reads began no earlier than this, on the database's clock (an older observation never overwrites
+    # it: jobs.supervision.clock).
+    read_at: datetime
     errors: dict[str, dict[str, str]] = field(default_factory=dict)  # namespace -> kind -> what failed
     waiting: set[str] = field(default_factory=set)  # namespaces not read yet (informers still listing)
     # MultiKueue: what each worker holds for the executions admitted there, and the reads that failed on a
@@ -238,7 +241,7 @@ class ListSource:
         return self._count
 
     def observe(self, executions: Sequence[Execution]) -> Observation:
-        read_at = timezone.now()
+        read_at = observation_time()
         domains: dict[str, set[str]] = {}
         for execution in executions:
             domains.setdefault(execution.job.namespace, set()).add(domain_of(execution, self._site_domain))
@@ -450,7 +453,7 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
             continue  # checked again under the locks; most executions, most cycles: no lock, no write
         if keeper.lost.is_set():
             return  # another holder runs cycles now: leave the writing to it
-        changed, supervised = apply_status(
+        applied = apply_status(
             execution_id=execution.pk,
             status=status,
             digest=digest,
@@ -458,8 +461,9 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
             tombstone_ids=used,
             job_id=execution.job_id,
         )
-        report.transitions += int(changed)
-        source.derived(execution, status, supervised)
+        report.transitions += int(applied.changed)
+        # A refused status was not judged: derived again next cycle, even if nothing it watches changes.
+        source.derived(execution, None if applied.refused else status, applied.supervised)
     phase("apply")
 
 

@@ -177,7 +177,7 @@ def test_a_tombstone_written_while_its_execution_finishes_does_not_outlive_it(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(apply, "_finding_events", held)
-    written: list[tuple[bool, bool]] = []
+    written: list[apply.Applied] = []
 
     def finish() -> None:
         try:
@@ -204,7 +204,7 @@ def test_a_tombstone_written_while_its_execution_finishes_does_not_outlive_it(
     release.set()
     status_write.join(10)
     tombstone_write.join(10)
-    assert written == [(True, False)]  # succeeded: no longer supervised
+    assert written == [apply.Applied(changed=True, supervised=False)]  # succeeded: no longer supervised
     assert Execution.objects.get(pk=execution.pk).state == JobState.SUCCEEDED
     assert not PodTombstone.objects.exists()
     source._dead.append((execution.pk, {"kind": "Pod", "metadata": {"uid": "u-2", "name": "p-2"}}))
