@@ -6,7 +6,8 @@ errors in cluster.errors, naming the object as "Kind namespace/name".
 The work is split by responsibility; callers import all of it from here:
 - cluster.calls: the call itself (timeout, error mapping, request counting, the API objects);
 - cluster.trainer: the Trainer's runtimes and TrainJobs;
-- cluster.reads: supervision's paged lists, watches and Node reads, and their traffic.
+- cluster.reads: supervision's paged lists, watches and Node reads, and their traffic;
+- cluster.lease: the Trainer's leader Lease and its runtime snapshot, read by name.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from cluster.calls import (
     target,
     translate,
 )
+from cluster.lease import Lease, get_config_map, get_lease
 from cluster.reads import (
     EVENTS,
     JOBS,
@@ -74,6 +76,7 @@ __all__ = [
     "TRAINER_VERSION",
     "TRAINJOBS",
     "WORKLOADS",
+    "Lease",
     "Listed",
     "Resource",
     "RuntimeObject",
@@ -88,6 +91,8 @@ __all__ = [
     "delete_namespaced",
     "forget_cached_nodes",
     "forget_cached_runtimes",
+    "get_config_map",
+    "get_lease",
     "get_namespaced",
     "get_node",
     "get_runtime",

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from dispatch_site.names import is_dns1123_label, is_dns1123_subdomain
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 LOCAL_CLUSTER_KUBECONFIG = VAR_DIR / "cluster" / "admin.kubeconfig"
@@ -34,6 +36,12 @@ class ConfigError(Exception):
 # client at 32: 65.7-78.4), with the worker's CPU per start unchanged (6.7-9.2 ms). Each thread keeps its own
 # PostgreSQL session: plan the database's max_connections for it.
 DEFAULT_WORKER_CONCURRENCY = 32
+# The Trainer controller manager's leader-election Lease (TRAINER_LEADER_LEASE, "<namespace>/<name>"): the
+# release runs the manager in kubeflow-system with leaderElection.resourceName trainer.kubeflow.org (v2.3.0
+# manifests/base/manager/controller_manager_config.yaml, manifests/overlays/manager/kustomization.yaml). A
+# delete reads it to tell whether the Trainer is running (jobs.stopping); deploy/rbac/trainer-lease.yaml
+# grants that read on this one Lease.
+DEFAULT_TRAINER_LEADER_LEASE: tuple[str, str] = ("kubeflow-system", "trainer.kubeflow.org")
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,8 @@ class Config:
     # Celery's remote control (broadcast commands such as shutdown, pool_shrink, revoke, add_consumer over the
     # broker): off, since any writer to the broker could send them; a harness that pings its worker sets it.
     worker_remote_control: bool = False
+    # The Trainer controller manager's leader-election Lease (namespace, name): TRAINER_LEADER_LEASE.
+    trainer_leader_lease: tuple[str, str] = DEFAULT_TRAINER_LEADER_LEASE
 
 
 def _parse_bool(name: str, raw: str) -> bool:
@@ -161,6 +171,15 @@ def _parse_trusted_proxies(env: Mapping[str, str]) -> tuple[str, ...]:
             "TRUSTED_PROXIES=10.0.0.0/8), and unset NUM_PROXIES"
         )
     return tuple(str(n) for n in networks)
+
+
+def _parse_lease(name: str, raw: str) -> tuple[str, str]:
+    namespace, _, lease = raw.strip().partition("/")
+    if not is_dns1123_label(namespace) or not is_dns1123_subdomain(lease):
+        raise ConfigError(
+            f"{name}={raw!r} is not <namespace>/<name> (e.g. {'/'.join(DEFAULT_TRAINER_LEADER_LEASE)})"
+        )
+    return namespace, lease
 
 
 def _parse_ca_bundle(raw: str) -> str:
@@ -404,6 +423,9 @@ def load_config(environ: Mapping[str, str] | None = None) -> Config:
     )
 
     return Config(
+        trainer_leader_lease=_parse_lease(
+            "TRAINER_LEADER_LEASE", env.get("TRAINER_LEADER_LEASE", "/".join(DEFAULT_TRAINER_LEADER_LEASE))
+        ),
         metrics_token=env.get("METRICS_TOKEN", "").strip(),
         webhook_retry_schedule=_parse_schedule(
             "WEBHOOK_RETRY_SCHEDULE", env.get("WEBHOOK_RETRY_SCHEDULE", "5,300,1800,7200,18000,36000,36000")

@@ -21,6 +21,8 @@ REDIS_URL = CONFIG.redis_url
 KUBECONFIG = CONFIG.kubeconfig
 WORKER_KUBECONFIG_DIR = CONFIG.worker_kubeconfig_dir
 KUBE_TIMEOUT_SECONDS = CONFIG.kube_timeout_seconds
+# (namespace, name) of the Trainer controller manager's leader-election Lease (TRAINER_LEADER_LEASE).
+TRAINER_LEADER_LEASE = CONFIG.trainer_leader_lease
 # One connection pool per process, as large as the worker's thread pool (urllib3 would otherwise open, and
 # throw away, a new TLS connection for every thread beyond its default of 5 per core).
 KUBE_CONNECTION_POOL_SIZE = max(CONFIG.worker_concurrency, 10)

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from cluster import exec as pods
 from cluster import gateway
-from cluster.errors import ClusterError, Conflict, Rejected
+from cluster.errors import ClusterError, Conflict
 from cluster.logs import events_for
 from dispatch_site import roles
 from dispatch_site.audit import audit_record
@@ -38,7 +38,6 @@ from jobs.objects import (
     create_trainjob_on_copy,
     is_ours,
     own_copy,
-    trainjob_stopped,
 )
 from jobs.plan import start_reasons
 from jobs.queueing import QUEUE_NOT_FOUND, queue_plan
@@ -63,7 +62,7 @@ from jobs.sessions.rules import (
     trainer_pod_claims,
     trainer_pod_problem,
 )
-from jobs.stopping import GONE_WAITS, StopClock, trainjob_stop
+from jobs.stopping import DELETE, GONE_WAITS, WAIT_TRAINER, StopClock, trainjob_stop_step
 from runtimes.models import AllowListEntry, SiteSettings, runtime_ref
 from runtimes.reasons import NODE_CONTAINER, RUNTIME_NOT_ALLOWED, Reason, not_allowed_message
 from runtimes.selectors import allow_list_entry, get_runtime
@@ -390,23 +389,30 @@ def session_close(*, actor: User | None, session: Session, reason: str = "") -> 
 
 
 def _stopped_first(session: Session, trainjob: dict[str, Any], *, force: bool = False) -> bool:
-    """Whether the session's TrainJob may be deleted now: the Trainer shows it stopped, or a stop the cluster
-    accepted STOP_WAIT_SECONDS ago still shows none (the Trainer is down: nothing rebuilds its JobSet either).
-    Otherwise it asks for the stop (jobs.stopping), records when the cluster first accepted it, and says
-    not yet; a stop the API server refuses (the runtime copy already gone) lets the delete go ahead."""
+    """Whether the session's TrainJob may be deleted now (jobs.stopping.trainjob_stop_step): the Trainer shows
+    it stopped; or a stop the cluster accepted STOP_WAIT_SECONDS ago still shows none and the Trainer is shown
+    not running (its leader Lease not renewed: nothing rebuilds the JobSet then). Otherwise it asks for the
+    stop, records when the cluster first accepted it, and says not yet; while the Trainer runs and has not
+    stopped it, the session's message says so. `force`: the close timed out, delete it as it is."""
+    if force:
+        return True
     stop = StopClock(rows=Session.objects.filter(pk=session.pk), accepted_at=session.stop_accepted_at)
-    if force or trainjob_stopped(trainjob) or stop.ran_out():
-        return True
-    try:
-        trainjob_stop(
-            namespace=session.namespace, trainjob=trainjob, label_domain=domain_of(session), cause="closed"
-        )
-    except Rejected as exc:
-        logger.info("session %s: could not stop its TrainJob before deleting it: %s", session.id, exc)
-        return True
-    stop.accepted()
+    step = trainjob_stop_step(
+        namespace=session.namespace,
+        trainjob=trainjob,
+        stop=stop,
+        label_domain=domain_of(session),
+        cause="closed",
+    )
     session.stop_accepted_at = stop.accepted_at
-    return False
+    if step.action == WAIT_TRAINER:
+        seen = step.look.seen if step.look else ""
+        message = (
+            f"closing: TrainJob {session.namespace}/{session.name} is not deleted yet: the Trainer is "
+            f"running ({seen.split(' was last renewed')[0]}) and has not stopped it"
+        )
+        Session.objects.filter(pk=session.pk).exclude(message=message).update(message=message)
+    return step.action == DELETE
 
 
 def _delete_objects(session: Session, *, force: bool = False) -> tuple[bool, bool, bool]:

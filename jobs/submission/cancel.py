@@ -12,16 +12,23 @@ from django.db import transaction
 from django.utils import timezone
 
 from cluster import gateway
-from cluster.errors import ClusterError, ClusterUnavailable, Conflict, Rejected
+from cluster.errors import ClusterError, ClusterUnavailable, Conflict
 from cluster.fence import fence_best_effort
 from cluster.where import on_cluster
 from dispatch_site.audit import audit_record
 from dispatch_site.causes import Cause
 from jobs import enqueue
 from jobs.logtail import execution_log_keep
-from jobs.models import ACTIVE_STATES, Execution, Job, JobState, PodTombstone
-from jobs.objects import TRAINING_RUNTIME, TRAINJOB, is_ours, trainjob_stopped
-from jobs.stopping import GONE_WAITS, StopClock, trainjob_stop
+from jobs.models import ACTIVE_STATES, Execution, Job, JobEvent, JobState, PodTombstone
+from jobs.objects import TRAINING_RUNTIME, TRAINJOB, is_ours
+from jobs.stopping import (
+    DELETE,
+    GONE_WAITS,
+    STOP_WAIT_SECONDS,
+    WAIT_TRAINER,
+    StopClock,
+    trainjob_stop_step,
+)
 from jobs.submission.claim import job_event, job_transition, start_may_still_create
 from jobs.submission.errors import JobNotCancellable, TransientSubmitError
 
@@ -57,12 +64,12 @@ def execution_objects_delete(job: Job, execution: Execution, *, retry_transient:
         # Fenced first: once the cascade starts, a controller acting on a stale cache could make the
         # attempt's pods again (cluster/fence.py); the guard refuses them from here on.
         fence_best_effort(job.namespace, name)
-        left = _delete_pass(job, name, unannotated_ok, stop, made)
+        left = _delete_pass(job, name, unannotated_ok, stop, made, fresh.attempt)
         for wait in GONE_WAITS:  # a deleted TrainJob goes at once; the garbage collector takes its copy
             if not left:
                 break
             time.sleep(wait)
-            left = _delete_pass(job, name, unannotated_ok, stop, made)
+            left = _delete_pass(job, name, unannotated_ok, stop, made, fresh.attempt)
     except ClusterError as exc:
         logger.warning("could not delete the objects of %s/%s: %s", job.namespace, name, exc)
         if exc.transient and retry_transient:
@@ -80,41 +87,27 @@ def execution_objects_delete(job: Job, execution: Execution, *, retry_transient:
 
 
 def _delete_pass(
-    job: Job, name: str, unannotated_ok: bool, stop: StopClock | None = None, made: str = ""
+    job: Job, name: str, unannotated_ok: bool, stop: StopClock, made: str = "", attempt: int | None = None
 ) -> list[str]:
     """Delete what is left of ours under `name`; the kinds still there (being deleted, or just deleted).
-    A TrainJob is stopped first (_stop) and deleted once the Trainer shows it stopped, or STOP_WAIT_SECONDS
-    after the cluster first accepted the stop (`stop`; without one, at once). `made`: the UID of the
-    TrainJob the start created, when it recorded one; another TrainJob, and a copy another TrainJob owns,
-    are not ours."""
+    A TrainJob is stopped first and deleted once the Trainer shows it stopped, or, STOP_WAIT_SECONDS after
+    the cluster first accepted the stop (`stop`), once the Trainer is shown not running (trainjob_pass).
+    `made`: the UID of the TrainJob the start created, when it recorded one; another TrainJob, and a copy
+    another TrainJob owns, are not ours. A copy is deleted only once no TrainJob of ours is left: the
+    Trainer's webhook refuses to stop a TrainJob whose runtime is gone."""
     trainjob = gateway.get_namespaced(TRAINJOB, job.namespace, name)
     if trainjob is not None and not is_ours(
         trainjob, job.label_domain, job.id, unannotated_ok=unannotated_ok, trainjob_uid=made
     ):
         trainjob = None  # somebody else's object under our name: not ours to delete, nor to wait for
-    if trainjob is not None and not _deleting(trainjob):
-        stop_now = stop is None or trainjob_stopped(trainjob) or stop.ran_out()
-        if not stop_now and stop is not None:
-            try:
-                _stop(job, trainjob)
-                stop.accepted()
-            except Rejected as exc:
-                # Refused (the Trainer's webhook denies any update once the TrainJob's runtime is gone):
-                # delete it as it is.
-                logger.info("could not stop %s/%s before deleting it: %s", job.namespace, name, exc)
-                stop_now = True
-        if stop_now:
-            with suppress(Conflict):  # another object took the name since the read: not ours
-                gateway.delete_namespaced(TRAINJOB, job.namespace, name, uid=_uid(trainjob))
+    if trainjob is not None:
+        trainjob_pass(job, trainjob, stop, attempt)
     copy = gateway.get_namespaced(TRAINING_RUNTIME, job.namespace, name)
     if copy is not None and not is_ours(
         copy, job.label_domain, job.id, unannotated_ok=unannotated_ok, trainjob_uid=made
     ):
         copy = None
-    owned = copy is not None and any(
-        ref.get("kind") == TRAINJOB for ref in (copy.get("metadata") or {}).get("ownerReferences") or []
-    )
-    if copy is not None and not _deleting(copy) and (trainjob is None or not owned):
+    if copy is not None and not _deleting(copy) and trainjob is None:
         gateway.delete_namespaced(TRAINING_RUNTIME, job.namespace, name)
     left = [kind for kind, obj in ((TRAINJOB, trainjob), (TRAINING_RUNTIME, copy)) if obj is not None]
     if trainjob is None:  # MultiKueue removes the workers' TrainJob once the manager's is gone
@@ -164,10 +157,65 @@ def _uid(obj: dict[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("uid") or "")
 
 
-def _stop(job: Job, trainjob: dict[str, Any]) -> None:
-    trainjob_stop(
-        namespace=job.namespace, trainjob=trainjob, label_domain=job.label_domain, cause="cancelled"
+def trainjob_pass(job: Job, trainjob: dict[str, Any], stop: StopClock, attempt: int | None) -> bool:
+    """One step of stop-before-delete for the job's TrainJob (jobs.stopping.trainjob_stop_step); True when
+    this pass deleted it (or found it being deleted). While the Trainer is running and has not stopped it
+    after the stop's wait, the job's timeline says so, once per attempt."""
+    if _deleting(trainjob):
+        return True
+    step = trainjob_stop_step(
+        namespace=job.namespace,
+        trainjob=trainjob,
+        stop=stop,
+        label_domain=job.label_domain,
+        cause="cancelled",
     )
+    name = str((trainjob.get("metadata") or {}).get("name") or "")
+    if step.action == WAIT_TRAINER:
+        if not JobEvent.objects.filter(job=job, kind=STOP_WAITING, attempt=attempt).exists():
+            seen = step.look.seen if step.look else ""
+            job_event(
+                job,
+                STOP_WAITING,
+                f"not deleting TrainJob {job.namespace}/{name} yet: the Trainer is running ({seen}) and has "
+                "not stopped it; deleting it now would let the Trainer rebuild its JobSet",
+                attempt,
+            )
+        return False
+    if step.action != DELETE:
+        return False
+    with suppress(Conflict):  # another object took the name since the read: not ours
+        gateway.delete_namespaced(TRAINJOB, job.namespace, name, uid=_uid(trainjob))
+    return True
+
+
+# The timeline entry of a delete that waits for a running Trainer to stop the TrainJob.
+STOP_WAITING = "stop-waiting"
+
+# How long a stale start delivery waits for the Trainer to stop a TrainJob it made before it deletes it: the
+# stop's wait, then a little for the Lease read, between looks of MADE_LOOK_SECONDS.
+MADE_WAIT_SECONDS = STOP_WAIT_SECONDS + 10.0
+MADE_LOOK_SECONDS = 0.5
+
+
+def made_trainjob_delete(*, job: Job, trainjob: dict[str, Any], attempt: int) -> bool:
+    """Delete a TrainJob a stale start delivery made (jobs.submission.start: the execution moved on without
+    it), by its UID, through the same stop-before-delete as an attempt's (trainjob_pass), its stop clock in
+    memory (the execution's own belongs to the attempt that moved on). Waits here up to MADE_WAIT_SECONDS;
+    False when it is still there then (stopped, or asked to: nothing retries this, so it is logged)."""
+    meta = trainjob.get("metadata") or {}
+    name, uid = str(meta.get("name") or ""), str(meta.get("uid") or "")
+    stop = StopClock(rows=None, accepted_at=None)
+    deadline = time.monotonic() + MADE_WAIT_SECONDS
+    current: dict[str, Any] | None = trainjob
+    while current is not None and _uid(current) == uid:
+        if trainjob_pass(job, current, stop, attempt):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(MADE_LOOK_SECONDS)
+        current = gateway.get_namespaced(TRAINJOB, job.namespace, name)
+    return True
 
 
 def job_cancel(*, actor: Any, job: Job) -> Job:

@@ -25,6 +25,7 @@ from dispatch_site.causes import Cause
 from jobs.models import Execution, Job, JobState
 from jobs.objects import (
     TRAINING_RUNTIME,
+    TRAINJOB,
     _copy_not_seen_yet,
     create_or_adopt,
     create_trainjob_on_copy,
@@ -32,7 +33,7 @@ from jobs.objects import (
 )
 from jobs.plan import Plan
 from jobs.spec import JobSpec
-from jobs.submission.cancel import execution_objects_delete
+from jobs.submission.cancel import execution_objects_delete, made_trainjob_delete
 from jobs.submission.claim import (
     STARTABLE,
     claim_fence,
@@ -287,9 +288,21 @@ def _claim_lost(execution_id: int, holder: str, token: int, made: list[dict[str,
     if made and not live:
         with suppress(ClusterError):  # best effort, as the deletes below
             fence_best_effort(job.namespace, execution.trainjob_name)
-        for obj in made:
+        # The TrainJob first, stopped before its delete as every attempt's (jobs.stopping), then the copy:
+        # the Trainer's webhook refuses to stop a TrainJob whose runtime went first.
+        for obj in sorted(made, key=lambda o: o["kind"] != TRAINJOB):
             meta = obj["metadata"]
             try:
+                if obj["kind"] == TRAINJOB:
+                    if not made_trainjob_delete(job=job, trainjob=obj, attempt=execution.attempt):
+                        logger.warning(
+                            "TrainJob %s/%s this stale delivery made is asked to stop but not deleted yet; "
+                            "its runtime copy stays with it",
+                            meta["namespace"],
+                            meta["name"],
+                        )
+                        return
+                    continue
                 gateway.delete_namespaced(obj["kind"], meta["namespace"], meta["name"], uid=meta["uid"])
             except ClusterError as exc:
                 logger.warning(

@@ -45,6 +45,7 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
         "events": {"list"},
         "pods/log": {"get"},
         "pods/exec": {"get", "create"},
+        "configmaps": {"get"},
     },
     "worker": {
         f"clustertrainingruntimes.{TRAINER}": {"get", "list"},
@@ -64,6 +65,7 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
         "pods": {"get", "list"},
         "events": {"list"},
         "pods/log": {"get"},
+        "configmaps": {"get"},
     },
     "supervisor": {
         f"trainjobs.{TRAINER}": {"get", "list", "watch"},
@@ -299,3 +301,27 @@ def test_the_webs_account_execs_only_into_pods_named_like_a_sessions(
     assert "dispatch-web-enters-only-session-pods" not in passed.stderr, passed.stderr
     attach = kubectl("attach", "sess-x-node-0-0-abcde", "-n", managed, kubeconfig=web.kubeconfig, check=False)
     assert attach.returncode != 0
+
+
+@pytest.mark.parametrize("component", ["web", "worker", "supervisor"])
+def test_only_the_deleting_components_read_the_trainers_lease_and_only_it(
+    component_serviceaccount: Accounts, component: str
+) -> None:
+    """The web and the worker delete TrainJobs and read the Trainer's leader Lease first (jobs/stopping.py):
+    that one Lease, by name, in the Trainer's namespace (deploy/rbac/trainer-lease.yaml); no other Lease
+    there, and the supervisor none."""
+    from dispatch_site.config import DEFAULT_TRAINER_LEADER_LEASE
+
+    namespace, name = DEFAULT_TRAINER_LEADER_LEASE
+    account = component_serviceaccount(component)
+
+    def can(verb: str, what: str) -> bool:
+        result = kubectl(
+            "auth", "can-i", verb, what, "-n", namespace, kubeconfig=account.kubeconfig, check=False
+        )
+        return result.stdout.strip() == "yes"
+
+    assert can("get", f"leases.coordination.k8s.io/{name}") == (component in ("web", "worker"))
+    assert not can("get", "leases.coordination.k8s.io/another-controller")
+    assert not can("list", "leases.coordination.k8s.io")
+    assert not can("update", f"leases.coordination.k8s.io/{name}")

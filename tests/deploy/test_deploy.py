@@ -565,13 +565,42 @@ def test_the_roles_name_no_wildcards_and_no_secrets(example_manifests: list[dict
         "dispatch-web",
         "dispatch-worker",
         "dispatch-supervisor",
+        TRAINER_LEASE_ROLE,
     }
     for role in roles:
         for rule in role["rules"]:
             for field in ("apiGroups", "resources", "verbs"):
                 assert "*" not in rule[field], (role["metadata"]["name"], rule)
             assert "secrets" not in rule["resources"]
-            assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+            assert "nonResourceURLs" not in rule
+            # Only the Trainer's Lease is granted by name (a Role there can name nothing else usefully).
+            assert ("resourceNames" in rule) == (role["metadata"]["name"] == TRAINER_LEASE_ROLE)
+
+
+def test_the_trainer_lease_role_names_the_lease_dispatch_reads(
+    example_manifests: list[dict[str, Any]],
+) -> None:
+    """One Lease, by name, in the Trainer's namespace: exactly the TRAINER_LEADER_LEASE default (one
+    definition, dispatch_site/config.py), read (get) by the two components that delete TrainJobs."""
+    from dispatch_site.config import DEFAULT_TRAINER_LEADER_LEASE
+
+    namespace, name = DEFAULT_TRAINER_LEADER_LEASE
+    [role] = select(example_manifests, "Role", name=TRAINER_LEASE_ROLE)
+    assert role["metadata"]["namespace"] == namespace
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [name],
+            "verbs": ["get"],
+        }
+    ]
+    [binding] = select(example_manifests, "RoleBinding", name=TRAINER_LEASE_ROLE)
+    assert binding["metadata"]["namespace"] == namespace
+    assert sorted(s["name"] for s in binding["subjects"]) == ["dispatch-web", "dispatch-worker"]
+
+
+TRAINER_LEASE_ROLE = "dispatch-trainer-lease"
 
 
 def _documented_rules() -> set[tuple[str, str, str, str, str]]:
@@ -595,7 +624,18 @@ def test_the_docs_list_exactly_these_rules(example_manifests: list[dict[str, Any
     manifest = {
         (role["metadata"]["name"].removeprefix("dispatch-"), scopes[role["kind"]], group, resource, verb)
         for role in select(example_manifests, "ClusterRole", "Role")
+        if role["metadata"]["name"] != TRAINER_LEASE_ROLE
         for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    [lease_role] = select(example_manifests, "Role", name=TRAINER_LEASE_ROLE)
+    [lease_binding] = select(example_manifests, "RoleBinding", name=TRAINER_LEASE_ROLE)
+    manifest |= {
+        (subject["name"].removeprefix("dispatch-"), "Trainer's namespace", group, resource, verb)
+        for subject in lease_binding["subjects"]
+        for rule in lease_role["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]

@@ -131,6 +131,8 @@ def component_serviceaccount(
         *select(example_manifests, "Namespace", name=DISPATCH_NAMESPACE),
         *select(example_manifests, "ServiceAccount"),
         *select(example_manifests, *RBAC_KINDS),
+        # The one grant outside the job namespaces: the Trainer's Lease (deploy/rbac/trainer-lease.yaml).
+        *select(example_manifests, "Role", "RoleBinding", name="dispatch-trainer-lease"),
     ]
     apply(objects, kubeconfig)
     _prune_cluster_rbac(kubeconfig, {(o["kind"], o["metadata"]["name"]) for o in objects})

@@ -6,6 +6,7 @@ records the TrainJob as it was when its deletion began."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -56,3 +57,45 @@ def test_closing_a_session_suspends_its_trainjob_before_deleting_it(
     assert first["spec"].get("suspend") is True, first["spec"]
     suspended = [c for c in first.get("status", {}).get("conditions") or [] if c["type"] == "Suspended"]
     assert suspended and suspended[0]["status"] == "True", first.get("status")
+
+
+def test_a_session_close_waits_while_the_trainers_lease_is_renewed_and_the_close_timeout_still_ends_it(
+    kube: Any, kubeconfig: str, namespace: str, api: APIClient, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """The session's TrainJob is suspended but the Trainer, running, cannot show it Suspended (a
+    ValidatingAdmissionPolicy denies its status writes to that TrainJob, as in test_stop_lease.py).
+    Past the stop's wait (shortened to 2 s) the close keeps waiting while the Trainer's leader Lease is
+    renewed, and the session's message says so; the close timeout (shortened to 20 s) still deletes the
+    TrainJob as it is and closes the session."""
+    from jobs import stopping
+    from jobs.models import Session
+    from jobs.sessions.services import session_close_observe
+    from tests.jobs.submission.test_stop_lease import _trainer_cannot_write_status
+
+    monkeypatch.setattr(stopping, "STOP_WAIT_SECONDS", 2.0)
+    settings.SESSION_CLOSE_TIMEOUT_SECONDS = 20
+    runtime = plain_runtime(kube, namespace)
+    opened = api.post(
+        "/api/v1/sessions?wait=60", open_body(namespace, runtime, name="leasewait"), format="json"
+    )
+    assert opened.status_code == 200 and opened.json()["state"] == "running", opened.content
+    session_id = opened.json()["id"]
+    with _trainer_cannot_write_status(kubeconfig, namespace, "leasewait"):
+        closed = api.delete(f"/api/v1/sessions/{session_id}")
+        assert closed.status_code in (200, 202), closed.content
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            session_close_observe(session_id=session_id)
+            time.sleep(0.5)
+        session = Session.objects.get(pk=session_id)
+        assert session.state == "closing", session.state
+        assert "the Trainer is running" in session.message, session.message
+        trainjob = kube.custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "trainjobs", "leasewait"
+        )
+        assert trainjob["spec"]["suspend"] is True and not trainjob["metadata"].get("deletionTimestamp")
+        deadline = time.monotonic() + 40
+        while Session.objects.get(pk=session_id).state != "closed" and time.monotonic() < deadline:
+            session_close_observe(session_id=session_id)
+            time.sleep(0.5)
+    assert Session.objects.get(pk=session_id).state == "closed"

@@ -428,10 +428,11 @@ def test_two_delete_deliveries_at_once_stop_then_delete_once_and_no_rank_runs_ag
 ) -> None:
     """A delete task can run twice at once (a redelivery beside the sweep's). Both pass through the stop
     path together: each is held at its stop of the TrainJob until the other has reached it too (a barrier
-    around cancel._stop, which changes no behaviour), so both suspend the same TrainJob, wait for the
-    Trainer's Suspended and delete it. Each then retries as the task does until its objects are gone. The
-    TrainJob and its copy go, the execution is recorded removed once, neither delivery fails, and no pod of
-    the attempt appears after the stop (the cluster's own pod list)."""
+    around jobs.stopping.trainjob_stop, which changes no behaviour), so both suspend the same TrainJob, wait
+    for the Trainer's Suspended and delete it. Each then retries as the task does until its objects are gone.
+    The TrainJob and its copy go, the execution is recorded removed once, neither delivery fails, and no pod
+    of the attempt appears after the stop (the cluster's own pod list)."""
+    from jobs import stopping
     from jobs.submission import cancel
     from jobs.submission.errors import TransientSubmitError
 
@@ -452,15 +453,15 @@ def test_two_delete_deliveries_at_once_stop_then_delete_once_and_no_rank_runs_ag
 
     both_at_stop = threading.Barrier(2, timeout=60)
     reached: list[str] = []
-    real_stop = cancel._stop
+    real_stop = stopping.trainjob_stop
 
-    def stop(job: Job, trainjob: dict[str, Any]) -> None:
+    def stop(**kwargs: Any) -> None:
         reached.append(threading.current_thread().name)
         if len(reached) <= 2:
             both_at_stop.wait()  # both deliveries are in the stop path at once
-        real_stop(job, trainjob)
+        real_stop(**kwargs)
 
-    monkeypatch.setattr(cancel, "_stop", stop)
+    monkeypatch.setattr(stopping, "trainjob_stop", stop)
     errors: list[BaseException] = []
     done: list[str] = []
 
