@@ -101,9 +101,12 @@ def _answers(url: str) -> bool:
         return False
 
 
-# Package-scoped: its supervisor and beat act on the test database, so they stop with these tests (a
-# session-scoped stack went on supervising the jobs of every later test module).
-@pytest.fixture(scope="package")
+# Module-scoped: its worker, supervisor and beat act on the test database, so they stop with the module that
+# asked for them. A session-scoped stack went on supervising the jobs of every later test module; a
+# package-scoped one raced test_webhook_attacks.py, which sends its deliveries by hand: the stack's beat
+# (a webhook sweep every second) enqueued the same due delivery, its worker claimed it first, and the test
+# read an attempt still in flight (CI at 65a0be8).
+@pytest.fixture(scope="module")
 def stack(kubeconfig: str, django_db_setup: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     logs = tmp_path_factory.mktemp("observability-stack")
     metrics_dir = logs / "metrics"
