@@ -17,7 +17,7 @@ from django.db.models.fields.tuple_lookups import (  # type: ignore[import-untyp
 from django.utils import timezone
 
 from dispatch_site import roles
-from jobs.models import Job, JobState
+from jobs.models import Execution, Job, JobState
 from jobs.naming import is_job_id
 
 # The windows the overview counts over; the job list accepts the same names (?window=24h).
@@ -172,3 +172,14 @@ def waiting_jobs_per_namespace() -> dict[str, int]:
         .annotate(n=Count("id"))
     )
     return {str(namespace): int(n) for namespace, n in rows}
+
+
+def running_per_worker(jobs: QuerySet[Job] | None = None) -> dict[str, int]:
+    """MultiKueue worker -> how many jobs (of `jobs`, default all) run there now: their current attempt
+    running on it. One grouped query; the overview (per user) and /metrics (all) count the same way."""
+    running = Execution.objects.filter(state=JobState.RUNNING, job__state=JobState.RUNNING).exclude(
+        cluster=""
+    )
+    if jobs is not None:
+        running = running.filter(job__in=jobs)
+    return dict(running.values_list("cluster").annotate(n=Count("pk")).values_list("cluster", "n"))

@@ -17,7 +17,7 @@ from django.utils import timezone
 from dispatch_site import roles
 from dispatch_site.causes import Cause
 from jobs.models import ACTIVE_STATES, Execution, Job, JobState, SupervisorCycle, WorkerRead
-from jobs.selectors import jobs_visible_to, window_start
+from jobs.selectors import jobs_visible_to, running_per_worker, window_start
 from runtimes.fixes import Fix, fix_for
 from runtimes.models import AllowListEntry, RuntimeVerdict, runtime_ref
 from runtimes.selectors import latest_verdicts, runtime_readable
@@ -358,17 +358,7 @@ def worker_health(
         .distinct()
     )
     names = sorted(set(configured) | set(reads) | set(on_worker))
-    running = dict(
-        Execution.objects.filter(
-            cluster__in=names,
-            state=JobState.RUNNING,
-            job__in=jobs_visible_to(user),
-            job__state=JobState.RUNNING,
-        )
-        .values_list("cluster")
-        .annotate(n=Count("pk"))
-        .values_list("cluster", "n")
-    )
+    running = running_per_worker(jobs_visible_to(user))
     rows = []
     for name in names:
         check = checks.get(name) or {"ok": False, "error": "dispatch has no credentials for it"}

@@ -18,13 +18,13 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Count
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from jobs.models import Execution, Job, JobState, SupervisorCycle, WorkerRead
+from jobs.models import Job, SupervisorCycle, WorkerRead
 from jobs.observability.models import JobCount, JobCountDelta, WebhookEndpoint
+from jobs.selectors import running_per_worker
 
 COMPACT_LOCK = 0x64_69_73_70_63_6E_74  # pg_advisory_xact_lock key of the compaction ("dispcnt")
 
@@ -127,13 +127,7 @@ def worker_families(now: datetime) -> Iterable[GaugeMetricFamily]:
         "Jobs whose current attempt runs on the MultiKueue worker.",
         labels=["cluster"],
     )
-    counted = dict(
-        Execution.objects.filter(state=JobState.RUNNING, job__state=JobState.RUNNING)
-        .exclude(cluster="")
-        .values_list("cluster")
-        .annotate(n=Count("pk"))
-        .values_list("cluster", "n")
-    )
+    counted = running_per_worker()
     for read in WorkerRead.objects.order_by("name"):
         ok.add_metric([read.name], 1.0 if read.reading else 0.0)
         if read.ok_at is not None:
