@@ -28,15 +28,10 @@ from django.db import transaction
 from django.db.models.signals import post_save
 from django.utils import timezone
 
-from cluster import gateway
-from cluster.errors import ClusterError
 from jobs import enqueue, recovery
 from jobs.models import Execution, Job, JobEvent, JobState, PodTombstone
-from jobs.naming import trainjob_name
-from jobs.objects import TRAINJOB, trainjob_stopped
 from jobs.supervision.clock import observation_time
 from jobs.supervision.status import DerivedStatus, merge_memory
-from runtimes.models import SiteSettings
 
 SUPERVISED = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.UNKNOWN})
 
@@ -93,7 +88,7 @@ def consume_tombstones(ids: list[int]) -> None:
         PodTombstone.objects.filter(pk__in=ids).delete()
 
 
-def _finding_key(finding: dict[str, Any]) -> tuple[Any, ...]:
+def finding_key(finding: dict[str, Any]) -> tuple[Any, ...]:
     return (finding.get("attempt"), finding.get("restart_attempt"), finding.get("rank"), finding.get("why"))
 
 
@@ -283,8 +278,8 @@ def _new_event(job_id: str, attempt: int | None, kind: str, message: str, **fiel
 def _finding_events(job_id: str, execution: Execution, status: DerivedStatus) -> list[JobEvent]:
     """New identity findings go on the timeline when they appear, whatever the state: a job that completed
     (Complete wins the state) still shows the rank that ran twice."""
-    known = {_finding_key(f) for f in execution.identity_findings or []}
-    new = [f for f in status.identity_findings if _finding_key(f) not in known]
+    known = {finding_key(f) for f in execution.identity_findings or []}
+    new = [f for f in status.identity_findings if finding_key(f) not in known]
     if not new:
         return []
     unexpected = [f for f in new if not f.get("expected")]
@@ -329,117 +324,3 @@ def _mark_unknown(execution: Execution, error: str, read_at: datetime | None = N
             to_state=JobState.UNKNOWN,
         )
     return 1
-
-
-def _start_due_retries() -> int:
-    """Jobs whose retry backoff ran out get their next execution (A+1), started by the submit task, once a
-    list shows none of attempt A's pods still running; meanwhile the job says it waits for them."""
-    now = timezone.now()
-    started = 0
-    waiting = Job.objects.filter(state=JobState.PENDING, queued_reason__reason=RETRY_BACKOFF)
-    for job in waiting:
-        until = datetime.fromisoformat(str(job.queued_reason.get("until")))
-        if until > now:
-            continue
-        up = _trainjob_still_up(job)
-        if up:
-            _say_waiting(job, up)
-            continue
-        running, problem = _pods_still_running(job)
-        if running or problem:
-            _say_waiting_for_pods(job, running, problem)
-            continue
-        attempt = job.current_attempt + 1
-        with transaction.atomic():
-            moved = Job.objects.filter(
-                pk=job.pk,
-                state=JobState.PENDING,
-                current_attempt=job.current_attempt,
-                queued_reason__reason=RETRY_BACKOFF,
-            ).update(current_attempt=attempt, queued_reason={}, updated_at=now)
-            if not moved:
-                continue  # another supervisor started it
-            execution = Execution.objects.create(
-                job=job, attempt=attempt, trainjob_name=trainjob_name(job.pk, attempt)
-            )
-            _event(job.pk, attempt, "attempt", f"starting attempt {attempt}")
-            transaction.on_commit(enqueue.on_commit_send(enqueue.EXECUTION_SUBMIT, execution.pk), robust=True)
-        started += 1
-    return started
-
-
-def _trainjob_still_up(job: Job) -> str:
-    """Why attempt A's TrainJob keeps A+1 waiting ("" once it is gone, or the Trainer shows it stopped):
-    while it exists unsuspended, the Trainer rebuilds its JobSet when that goes (status-facts §12), and a
-    rebuilt JobSet of A would run beside A+1, outside its quota and unwatched. Only the TrainJob the start
-    recorded (its UID) counts; another one under the name is not A's."""
-    attempt = job.current_attempt
-    execution = Execution.objects.filter(job_id=job.pk, attempt=attempt).only("trainjob_name", "trainjob_uid")
-    row = execution.first()
-    name = row.trainjob_name if row is not None else trainjob_name(job.pk, attempt)
-    try:
-        trainjob = gateway.get_namespaced(TRAINJOB, job.namespace, name)
-    except ClusterError as exc:
-        return f"waiting for attempt {attempt}'s TrainJob {name} to stop (it could not be read: {exc})"
-    if trainjob is None or trainjob_stopped(trainjob):
-        return ""
-    uid = str((trainjob.get("metadata") or {}).get("uid") or "")
-    if row is not None and row.trainjob_uid and uid != row.trainjob_uid:
-        return ""
-    return (
-        f"waiting for attempt {attempt}'s TrainJob {name} to be suspended or deleted before attempt "
-        f"{attempt + 1} starts"
-    )
-
-
-def _say_waiting(job: Job, message: str) -> None:
-    if job.queued_reason.get("message") == message:
-        return
-    reason = {**job.queued_reason, "message": message}
-    Job.objects.filter(
-        pk=job.pk,
-        state=JobState.PENDING,
-        current_attempt=job.current_attempt,
-        queued_reason__reason=RETRY_BACKOFF,
-    ).update(queued_reason=reason, message=message, updated_at=timezone.now())
-
-
-def _pods_still_running(job: Job) -> tuple[list[str], str]:
-    """Attempt A's pods that still run, by a list in the job's namespace (its labels in the job's own
-    domain, made by one of its TrainJob's Jobs): a pod still there counts as running unless it finished,
-    and a pod being deleted counts whatever its phase says (KWOK and a slow kubelet keep it Running).
-    (names, "") or ([], what could not be read)."""
-    domain = job.label_domain or SiteSettings.load().label_domain
-    attempt = job.current_attempt
-    prefix = f"{trainjob_name(job.pk, attempt)}-"
-    selector = f"{domain}/job={job.pk},{domain}/attempt={attempt}"
-    try:
-        pods = gateway.list_objects(gateway.PODS, job.namespace, label_selector=selector).items
-    except ClusterError as exc:
-        return [], str(exc)
-    running = []
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        ours = any(
-            ref.get("kind") == "Job" and str(ref.get("name", "")).startswith(prefix)
-            for ref in meta.get("ownerReferences") or ()
-        )
-        finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-        if ours and (meta.get("deletionTimestamp") or not finished):
-            running.append(str(meta.get("name", "")))
-    return sorted(running), ""
-
-
-def _say_waiting_for_pods(job: Job, running: list[str], problem: str) -> None:
-    attempt = job.current_attempt
-    if problem:
-        message = f"waiting for attempt {attempt}'s pods to stop (they could not be listed: {problem})"
-    else:
-        shown = ", ".join(running[:5]) + (", ..." if len(running) > 5 else "")
-        message = f"waiting for attempt {attempt}'s pods to stop: {len(running)} still running ({shown})"
-    if job.queued_reason.get("message") == message:
-        return
-    reason = {**job.queued_reason, "message": message, "waiting_for_pods": running}
-    Job.objects.filter(
-        pk=job.pk, state=JobState.PENDING, current_attempt=attempt, queued_reason__reason=RETRY_BACKOFF
-    ).update(queued_reason=reason, message=message, updated_at=timezone.now())

@@ -47,7 +47,6 @@ from jobs.supervision.apply import (
     _digest,
     _mark_unknown,
     _nothing_new,
-    _start_due_retries,
     apply_status,
     consume_tombstones,
 )
@@ -69,6 +68,7 @@ from jobs.supervision.grouping import uid as object_uid
 from jobs.supervision.kueue import deactivate_evicted, queue_positions
 from jobs.supervision.nodes import nodes_for, read_nodes
 from jobs.supervision.reads import read_namespace, read_workers, worker_failures
+from jobs.supervision.retries import start_due_retries
 from jobs.supervision.status import TRAINJOB_GONE, Context, DerivedStatus, condense_pod, derive
 from jobs.waits import Thresholds
 from runtimes.models import SiteSettings
@@ -323,7 +323,7 @@ class _Phases:
 
 def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
     phase = _Phases(report)
-    report.retries_started = _start_due_retries()
+    report.retries_started = start_due_retries()
     phase("retries")
     executions = source.due()
     report.executions = source.active()

@@ -86,9 +86,9 @@ def test_an_evicted_pod_that_vanished_while_the_beat_held_the_lease_reads_evicte
 
         return wrapper
 
-    # Pause point: the beat's first read of the cluster (the _start_due_retries call precedes it; the lease
+    # Pause point: the beat's first read of the cluster (the start_due_retries call precedes it; the lease
     # is already taken then).
-    monkeypatch.setattr(cycle, "_start_due_retries", paused_at_reads(cycle._start_due_retries))
+    monkeypatch.setattr(cycle, "start_due_retries", paused_at_reads(cycle.start_due_retries))
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         report = real_supervise(*args, **kwargs)
@@ -158,7 +158,7 @@ def test_a_long_cycle_renews_its_lease_so_a_second_cycle_cannot_start(
         assert release.wait(60)
         return 0
 
-    monkeypatch.setattr(cycle, "_start_due_retries", long_step)
+    monkeypatch.setattr(cycle, "start_due_retries", long_step)
     reports: list[Any] = []
 
     def first() -> None:
