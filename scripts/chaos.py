@@ -17,7 +17,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 from scripts.chaoslib.breaks import BREAKS, Break, apply_edit, broken_copy
 from scripts.chaoslib.cli import main
 from scripts.chaoslib.jobs import plan_problems
-from scripts.chaoslib.outcomes import TERMINAL, Hit, expected_outcomes, judge_job, mismatch, retried
+from scripts.chaoslib.outcomes import (
+    SEEN_WITHIN,
+    START_RECOVERY_SECONDS,
+    TERMINAL,
+    Hit,
+    expected_outcomes,
+    judge_job,
+    mismatch,
+    retried,
+)
 from scripts.chaoslib.plan import (
     APP_ERROR,
     KUEUE_HIGH,
@@ -46,7 +55,9 @@ __all__ = [
     "KUEUE_LOW",
     "LONG",
     "POLICIES",
+    "SEEN_WITHIN",
     "SITE_DEFAULT_POLICY",
+    "START_RECOVERY_SECONDS",
     "SUCCEEDS",
     "TERMINAL",
     "UNTIL_CANCELLED",

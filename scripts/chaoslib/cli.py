@@ -23,7 +23,11 @@ from the harness's tables alone (plan.expected_policy), never from dispatch's an
 A job hit by a disruption (eviction, lost node, Kueue preemption) is expected to end the way its policy says:
 a retry as a new attempt whose predecessor carries the cause (then the kind's outcome), or failed with the
 cause. A job whose cancel was accepted (202) is expected `cancelled` with no pod left (pods listed from the
-API server). Every mismatch is listed with the job id, what was expected and what was seen.
+API server); a disruption that took effect SEEN_WITHIN before the cancel must show on its attempt, and on an
+attempt whose start a killed worker held, only SEEN_WITHIN after START_RECOVERY_SECONDS past the kill (the
+dead claim's lease, then the stale sweep). The Kueue wave's Workloads are watched until the run is judged:
+every eviction Kueue made of them (Preempted, PodsReadyTimeout) is a disruption of that attempt. Every
+mismatch is listed with the job id, what was expected and what was seen.
 
 Faults, at seeded moments, each verified as it happens (a fault that did not happen fails the run):
   kill-worker    a Celery worker SIGKILLed while it holds a start: what it runs is read from its own log

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from scripts.chaoslib.common import log
 from scripts.chaoslib.context import Context
+from scripts.chaoslib.faults_kueue import kueue_wave_hits
 from scripts.chaoslib.kube import Kube, pod_identity
 from scripts.chaoslib.outcomes import TERMINAL, judge_jobs
 from scripts.chaoslib.plan import policy_differences
@@ -71,9 +72,16 @@ def collect(ctx: Context, accepted: dict[str, dict[str, Any]], faults_over: floa
     trainjobs: list[dict[str, Any]] = kube.custom.list_namespaced_custom_object(
         "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs"
     )["items"]
+    kueue_wave_hits(ctx)  # every Kueue eviction of the wave's Workloads, watched until now
     outage = any(f["fault"] == "kill-apiserver" for f in run.faults)
     results, mismatches = judge_jobs(
-        accepted, run.hits, seen, pods, trainjobs_by_job(trainjobs), plane_outage=outage
+        accepted,
+        run.hits,
+        seen,
+        pods,
+        trainjobs_by_job(trainjobs),
+        plane_outage=outage,
+        unseen=run.unseen,
     )
     running_after_end = {
         j: [f"{p['name']} ({p['phase']})" for p in pods.get(j, []) if p["phase"] in ("Pending", "Running")]

@@ -28,6 +28,11 @@ class Run:
         self.lock = threading.RLock()
         self.jobs: dict[int, dict[str, Any]] = {}  # plan index -> {id, kind, plan answer, cancel, ...}
         self.hits: dict[str, list[Hit]] = {}
+        # job id -> attempt -> the run's time until which dispatch may not know the attempt was created (a
+        # worker was killed holding its start: outcomes.START_RECOVERY_SECONDS)
+        self.unseen: dict[str, dict[int, float]] = {}
+        # the Kueue wave's Workload watch and its jobs, kept until the run is judged (faults_kueue.wave_hits)
+        self.workload_watch: tuple[Any, set[str]] | None = None
         self.faults: list[dict[str, Any]] = []
         self.targeted: set[str] = set()  # jobs a targeted fault chose already
         self.domains: list[str] = []
@@ -44,6 +49,16 @@ class Run:
     def hit(self, job_id: str, hit: Hit) -> None:
         with self.lock:
             self.hits.setdefault(job_id, []).append(hit)
+
+    def keep_workload_watch(self, watch: Any, jobs: set[str]) -> None:
+        with self.lock:
+            self.workload_watch = (watch, set(jobs))
+
+    def start_held(self, job_id: str, attempt: int, until: float) -> None:
+        """A killed worker held this attempt's start: dispatch may not know the attempt before `until`."""
+        with self.lock:
+            held = self.unseen.setdefault(job_id, {})
+            held[attempt] = max(held.get(attempt, 0.0), until)
 
     def job_by_id(self, job_id: str) -> dict[str, Any] | None:
         with self.lock:

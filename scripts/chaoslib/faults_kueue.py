@@ -7,8 +7,9 @@ import contextlib
 import functools
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import asdict
+from typing import Any, Final
 
 from scripts.chaoslib.context import Context
 from scripts.chaoslib.jobs import submit
@@ -84,7 +85,12 @@ def fault_kueue_wave(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
     # briefly it shows: dispatch ends a preempted attempt within a second or so, deleting its TrainJob and
     # its Workload, and a list every 0.1 s missed one on a busy CI machine (the low job's second attempt
     # succeeded, the wave was reported unverified).
-    watch = _WorkloadWatch(kube, namespace)
+    # The watch goes on until the run is judged (wave_hits): every Kueue eviction of the wave's Workloads, a
+    # later attempt's too, is a hit. Seed 1 at 81ecc66: on the loaded plane the high job's pods were not Ready
+    # within waitForPodsReady's 15 s twice, so Kueue evicted it twice (PodsReadyTimeout) and each new attempt
+    # preempted the low job again; a wave that expected one preemption read both jobs as mismatches.
+    watch = _WorkloadWatch(kube, namespace, clock=run.t)
+    high_entry: dict[str, Any] | None = None
     try:
         high_entry = submit(ctx, high, extra(kueue_names["high"]))
         preempted: list[dict[str, Any]] = []
@@ -99,9 +105,8 @@ def fault_kueue_wave(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
                 ]
             time.sleep(0.1)
     finally:
-        watch.stop()
-    for p in preempted:
-        run.hit(p["job"], Hit("kueue-wave", "preempted", int(p["attempt"] or 0), run.t(), p["workload"]))
+        wave = low_ids | ({str(high_entry["id"])} if high_entry and high_entry.get("id") else set())
+        run.keep_workload_watch(watch, wave)
     verified = bool(preempted) and high_entry is not None
     return {
         "verified": verified,
@@ -118,7 +123,7 @@ def fault_kueue_wave(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
 class _WorkloadWatch:
     """The run's namespace's Workloads, list + watch in a thread (the identity observer's watcher)."""
 
-    def __init__(self, kube: Kube, namespace: str) -> None:
+    def __init__(self, kube: Kube, namespace: str, clock: Callable[[], float] | None = None) -> None:
         from scripts.identity_observer import _Watch
 
         self._stopping = threading.Event()
@@ -128,7 +133,7 @@ class _WorkloadWatch:
             call=functools.partial(
                 kube.custom.list_namespaced_custom_object, "kueue.x-k8s.io", "v1beta2", namespace, "workloads"
             ),
-            merge=_merge_workload,
+            merge=functools.partial(_merge_workload, clock=clock),
             stopping=self._stopping,
         )
         self.lock, self.records = self._watch.lock, self._watch.records
@@ -140,32 +145,94 @@ class _WorkloadWatch:
         self._watch.wake()
 
 
+# Kueue's own reasons for evicting a Workload that the wave's expectation follows (Evicted=True): a
+# preemption, and the waitForPodsReady timeout (the plane's, scripts/cluster: its pods not Ready in time). An
+# eviction dispatch asks for itself (deactivating a Workload: InactiveWorkload) is not one.
+KUEUE_EVICTIONS: Final = {"Preempted": "preempted", "PodsReadyTimeout": "evicted"}
+
+
 def _merge_workload(
-    old: Mapping[str, Any] | None, wl: Mapping[str, Any], event: str, at: str
+    old: Mapping[str, Any] | None,
+    wl: Mapping[str, Any],
+    event: str,
+    at: str,
+    clock: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
-    """A Workload's record: the first preemption any of its versions showed, matched to its low job by its
-    owner's name (dispatch names a TrainJob <job id>-<attempt>)."""
+    """A Workload's record: the first eviction by Kueue (KUEUE_EVICTIONS) any of its versions showed, matched
+    to its job by its owner's name (dispatch names a TrainJob <job id>-<attempt>), at the run's time
+    (`clock`); a preemption is also kept as `preempted` (the wave waits for one)."""
     record = dict(old or {})
-    if record.get("preempted"):
+    if record.get("evicted"):
         return record
     conditions = {c.get("type"): c for c in (wl.get("status") or {}).get("conditions") or []}
     evicted = conditions.get("Evicted") or {}
-    if (evicted.get("status") == "True" and evicted.get("reason") == "Preempted") or (
-        conditions.get("Preempted") or {}
-    ).get("status") == "True":
-        owner = next(
-            (o for o in wl.get("metadata", {}).get("ownerReferences") or [] if o.get("kind") == "TrainJob"),
-            None,
-        )
-        job_id, _, attempt = str((owner or {}).get("name", "")).rpartition("-")
-        record["preempted"] = {
-            "workload": wl.get("metadata", {}).get("name"),
-            "job": job_id,
-            "attempt": attempt,
-            "message": str(evicted.get("message", ""))[:200],
-            "seen": f"{event} {at}",
-        }
+    reason = str(evicted.get("reason") or "") if evicted.get("status") == "True" else ""
+    if (conditions.get("Preempted") or {}).get("status") == "True":
+        reason = "Preempted"
+    if reason not in KUEUE_EVICTIONS:
+        return record
+    owner = next(
+        (o for o in wl.get("metadata", {}).get("ownerReferences") or [] if o.get("kind") == "TrainJob"),
+        None,
+    )
+    job_id, _, attempt = str((owner or {}).get("name", "")).rpartition("-")
+    record["evicted"] = {
+        "workload": wl.get("metadata", {}).get("name"),
+        "job": job_id,
+        "attempt": attempt,
+        "reason": reason,
+        "message": str(evicted.get("message", ""))[:200],
+        "seen": f"{event} {at}",
+        "t": clock() if clock is not None else None,
+    }
+    if reason == "Preempted":
+        record["preempted"] = record["evicted"]
     return record
+
+
+def wave_hits(
+    records: Iterable[Mapping[str, Any]], jobs: Collection[str], at: float
+) -> list[tuple[str, Hit]]:
+    """The hits of the Kueue wave: every Kueue eviction of a Workload of the wave's jobs that its watch saw,
+    in the order Kueue made them (`at`: the time of one seen before the clock was read). Pure."""
+    found = [r["evicted"] for r in records if r.get("evicted") and r["evicted"]["job"] in jobs]
+    found.sort(key=lambda e: (e["t"] if e.get("t") is not None else at, int(e["attempt"] or 0)))
+    return [
+        (
+            e["job"],
+            Hit(
+                "kueue-wave",
+                KUEUE_EVICTIONS[e["reason"]],
+                int(e["attempt"] or 0),
+                e["t"] if e.get("t") is not None else at,
+                e["workload"],
+                message="" if e["reason"] == "Preempted" else e["reason"],
+            ),
+        )
+        for e in found
+    ]
+
+
+def kueue_wave_hits(ctx: Context) -> None:
+    """Stop the wave's Workload watch and make its evictions hits; the wave's fault entry lists them."""
+    run = ctx.run
+    kept = run.workload_watch
+    if kept is None:
+        return
+    watch, jobs = kept
+    run.workload_watch = None
+    watch.stop()
+    with watch.lock:
+        records = [dict(r) for r in watch.records.values()]
+    hits = wave_hits(records, jobs, run.t())
+    for job_id, hit in hits:
+        run.hit(job_id, hit)
+    with run.lock:
+        for entry in run.faults:
+            if entry.get("fault") == "kueue-wave":
+                entry.setdefault("evidence", {})["evictions_seen"] = [
+                    {"job": job_id, **asdict(hit)} for job_id, hit in hits
+                ]
 
 
 def kueue_setup(kube: Kube, namespace: str, names: Mapping[str, str]) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from scripts.chaoslib.common import log
 from scripts.chaoslib.context import Context
+from scripts.chaoslib.outcomes import START_RECOVERY_SECONDS
 from scripts.chaoslib.plan import FaultPlan
 
 
@@ -97,6 +98,11 @@ def fault_kill_worker(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
         stack.killed.add(victim.pid)
         victim.send_signal(signal.SIGKILL)
         code = victim.wait(30)
+        killed_at = ctx.run.t()
+        for claim in claims:  # dispatch may not know these attempts exist until the claims are taken over
+            ctx.run.start_held(
+                str(claim["job_id"]), int(claim["attempt"]), killed_at + START_RECOVERY_SECONDS
+            )
         after = claims_now(ctx, [c["id"] for c in claims])
         time.sleep(1)
         new = stack.start_worker(index)
@@ -117,6 +123,7 @@ def fault_kill_worker(ctx: Context, f: FaultPlan, at: float) -> dict[str, Any]:
             "node": stack.names[index] if index < len(stack.names) else None,
             "old_pid": victim.pid,
             "exit": code,
+            "killed_at": killed_at,
             "tasks_held": tasks,
             "claims_held_when_killed": claims,
             "claims_left_after_kill": left,

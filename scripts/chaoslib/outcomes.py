@@ -30,6 +30,7 @@ class Hit:
     attempt: int
     at: float
     pod: str = ""
+    message: str = ""  # what the attempt's message must name (a Kueue eviction's reason), when set
 
 
 def retried(policy: Mapping[str, Any], earlier: Sequence[str], cause: str) -> bool:
@@ -48,6 +49,16 @@ def retried(policy: Mapping[str, Any], earlier: Sequence[str], cause: str) -> bo
 
 SEEN_WITHIN: Final = 30.0  # seconds dispatch may take to notice a disruption and start A+1 (a cycle is 10 s)
 
+# How long after a worker dies holding a start dispatch may go on not knowing that the attempt was created
+# (docs/reliability.md, "One start at a time"): the dead delivery's claim runs for its lease (120 s,
+# jobs/submission/claim.py SUBMIT_LEASE_SECONDS), then the stale sweep (every 60 s) enqueues the start again,
+# which finds the TrainJob under its name and records it. Written out here, as the policy semantics are, so
+# the expectation does not come from the code under test: a dispatch slower than that still shows as a
+# mismatch. Seed 1 at 81ecc66: a worker was killed holding the start of a job whose rank was then on the lost
+# node; the TrainJob ran, dispatch read the job `pending` until its cancel 130 s later (10 s after the lease
+# ran out, 30 s before the next sweep), so the node loss never reached an attempt dispatch knew of.
+START_RECOVERY_SECONDS: Final = 120.0 + 60.0
+
 
 def expected_outcomes(
     *,
@@ -58,6 +69,7 @@ def expected_outcomes(
     cancel: str | None,
     cancel_at: float | None = None,
     plane_outage: bool = False,
+    unseen_until: Mapping[int, float] | None = None,
 ) -> list[dict[str, Any]]:
     """What the job's plan meant, as alternatives (any one matching is a match). Pure.
 
@@ -67,16 +79,23 @@ def expected_outcomes(
     effect SEEN_WITHIN before it must show on their attempts, and one the policy does not retry should have
     ended the job first (then the cancel should have been refused).
 
+    `unseen_until`: per attempt, the run's time until which dispatch may not know the attempt was created at
+    all (a worker was killed holding its start: START_RECOVERY_SECONDS after the kill). A hit on such an
+    attempt counts against a cancel only SEEN_WITHIN after that time, not after the hit.
+
     `plane_outage`: the run stopped the API server (kill-apiserver), and every controller and KWOK with it.
     A Kueue job whose pods were not Running and Ready within the plane's waitForPodsReady timeout (15 s) is
     then evicted by Kueue (PodsReadyTimeout), which dispatch ends and retries like any eviction: one more
     alternative for such a job, an attempt ended `evicted` naming PodsReadyTimeout, then the rest."""
     first_per_attempt: dict[int, Hit] = {}
+    unseen = unseen_until or {}
     for hit in sorted(hits, key=lambda h: (h.attempt, h.at)):
-        if cancel == "accepted" and (cancel_at is None or hit.at + SEEN_WITHIN > cancel_at):
+        known = max(hit.at, unseen.get(hit.attempt, 0.0))  # when dispatch can first see it
+        if cancel == "accepted" and (cancel_at is None or known + SEEN_WITHIN > cancel_at):
             continue  # the cancel may have come first
         first_per_attempt.setdefault(hit.attempt, hit)
     attempt_causes: dict[int, str] = {}
+    attempt_messages: dict[int, str] = {}
     earlier: list[str] = []
     outcome: dict[str, Any] | None = None
     attempt = 1
@@ -85,6 +104,8 @@ def expected_outcomes(
         if number != attempt:
             break  # a hit on an attempt the run's own faults never led to: the attempt count shows it
         attempt_causes[attempt] = hit.cause
+        if hit.message:
+            attempt_messages[attempt] = hit.message
         if not retried(policy, earlier, hit.cause):
             outcome = {
                 "state": "failed",
@@ -117,6 +138,8 @@ def expected_outcomes(
         else:  # runs until cancelled: only a cancel ends it
             outcome = {"state": "cancelled", "cause": "cancelled", "pods": "none", "why": why + "cancelled"}
     outcome |= {"attempts": attempt, "attempt_causes": attempt_causes}
+    if attempt_messages:
+        outcome["attempt_messages"] = attempt_messages
     alternatives = [outcome]
     slow_ready = outcome["state"] == "succeeded" and retried(policy, earlier, "evicted")
     if plane_outage and kind in (KUEUE_LOW, KUEUE_HIGH) and slow_ready:
@@ -125,7 +148,7 @@ def expected_outcomes(
             | {
                 "attempts": attempt + 1,
                 "attempt_causes": attempt_causes | {attempt: "evicted"},
-                "attempt_messages": {attempt: "PodsReadyTimeout"},
+                "attempt_messages": attempt_messages | {attempt: "PodsReadyTimeout"},
                 "why": outcome["why"] + ", after a PodsReadyTimeout eviction in the API server's outage",
             }
         )
@@ -196,9 +219,11 @@ def judge_jobs(
     trainjobs_of: Mapping[str, list[dict[str, Any]]],
     *,
     plane_outage: bool = False,
+    unseen: Mapping[str, Mapping[int, float]] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every accepted job judged against its plan: (a row a job, the rows of the mismatches with their
-    timelines). Pure: what the run saw at its end goes in."""
+    timelines). Pure: what the run saw at its end goes in. `unseen`: per job, expected_outcomes'
+    `unseen_until` (the attempts whose start a killed worker held)."""
     results, mismatches = [], []
     for job_id, entry in accepted.items():
         alternatives = expected_outcomes(
@@ -209,6 +234,7 @@ def judge_jobs(
             cancel=entry.get("cancel"),
             cancel_at=entry.get("cancel_at"),
             plane_outage=plane_outage,
+            unseen_until=(unseen or {}).get(job_id),
         )
         left = [f"{p['name']} ({p['phase']})" for p in pods.get(job_id, [])]
         problems = judge_job(alternatives, seen[job_id], left)

@@ -263,6 +263,134 @@ def test_a_kueue_job_may_be_evicted_once_for_pods_not_ready_while_the_api_server
     )) == 1  # not under Kueue: no PodsReady timeout  # fmt: skip
 
 
+def test_a_hit_on_an_attempt_whose_start_a_killed_worker_held_counts_once_the_start_could_be_recovered() -> (
+    None
+):
+    """Seed 1 at 81ecc66, job jjympmofjes (runs until cancelled, the site's policy): a worker was killed at
+    about 21 s holding its start, right after the TrainJob was created; its rank on the lost node was gone
+    at 86.9 s; the cancel was accepted at 150.6 s, when the dead claim had run out 10 s before and the stale
+    sweep had not yet enqueued the start again. dispatch never knew attempt 1 existed: cancelled/cancelled,
+    one attempt. The harness had expected node-lost on attempt 1 (the hit was more than SEEN_WITHIN before
+    the cancel); dispatch may take START_RECOVERY_SECONDS after the kill to know the attempt, and only then
+    SEEN_WITHIN to see the hit."""
+    node_lost = Hit("node-loss", "node-lost", 1, 86.9)
+    site = chaos.expected_policy(chaos.POLICIES["site"])
+    seen = _seen("cancelled", "cancelled", ("cancelled", "cancelled"))
+
+    def expect(unseen: dict[int, float] | None, cancel_at: float = 150.6) -> list[dict[str, Any]]:
+        return chaos.expected_outcomes(
+            kind=chaos.UNTIL_CANCELLED,
+            fail_rank=None,
+            policy=site,
+            hits=[node_lost],
+            cancel="accepted",
+            cancel_at=cancel_at,
+            unseen_until=unseen,
+        )
+
+    # Without the held start (the harness at 81ecc66): the run's mismatch.
+    assert chaos.judge_job(expect(None), seen, []) == [
+        "attempt 1 ended cancelled/cancelled, expected cause 'node-lost'"
+    ]
+    held = {1: 21.0 + chaos.START_RECOVERY_SECONDS}
+    assert chaos.judge_job(expect(held), seen, []) == []
+    # A cancel long after the start could have been recovered: the node loss must show on attempt 1.
+    late = expect(held, cancel_at=21.0 + chaos.START_RECOVERY_SECONDS + chaos.SEEN_WITHIN + 1)
+    assert late[0]["attempt_causes"] == {1: "node-lost"}
+    assert chaos.judge_job(late, seen, []) != []
+    # Only the attempt whose start was held: a hit on another attempt counts as before.
+    assert expect({2: 400.0})[0]["attempt_causes"] == {1: "node-lost"}
+
+
+def _workload(job: str, attempt: int, reason: str, *, status: str = "True") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"trainjob-{job}-{attempt}-abcde",
+            "uid": f"uid-{job}-{attempt}",
+            "ownerReferences": [{"kind": "TrainJob", "name": f"{job}-{attempt}"}],
+        },
+        "status": {
+            "conditions": [{"type": "Evicted", "status": status, "reason": reason, "message": reason}]
+        },
+    }
+
+
+def test_the_kueue_wave_expects_every_eviction_kueue_made_of_its_jobs() -> None:
+    """Seed 1 at 81ecc66: on the loaded plane (its pods took a median 25 s, up to 31 s, to appear for the
+    TrainJobs made beside the high job's second attempt) the high job's pods were not Ready within the plane's
+    15 s waitForPodsReady timeout twice: Kueue evicted it (PodsReadyTimeout) twice, and each new attempt
+    preempted the low job again, which then failed after its 2 preemption retries. The wave watched its
+    Workloads only until the first preemption and expected one. Now it watches them until the run is judged,
+    and every eviction Kueue made (Preempted, PodsReadyTimeout), seen from outside dispatch, is a hit."""
+    from scripts.chaoslib.faults_kueue import _merge_workload, wave_hits
+
+    low, high, other = "ji2c4fx2znq", "jwmcy234zow", "jother"
+    clock = iter(range(100, 200, 10))
+    events = [
+        _workload(low, 1, "Preempted"),
+        _workload(high, 1, "PodsReadyTimeout"),
+        _workload(low, 2, "Preempted"),
+        _workload(high, 2, "PodsReadyTimeout"),
+        _workload(low, 3, "Preempted"),
+        _workload(other, 1, "PodsReadyTimeout"),  # not the wave's
+        _workload(high, 3, "InactiveWorkload"),  # dispatch's own deactivation: not Kueue's eviction
+    ]
+    records: dict[str, dict[str, Any]] = {}
+    for wl in events:
+        uid = wl["metadata"]["uid"]
+        records[uid] = _merge_workload(
+            records.get(uid), wl, "MODIFIED", "now", clock=lambda: float(next(clock))
+        )
+        # A later version of the same Workload (its Evicted condition as dispatch's deactivation leaves it)
+        # keeps the first eviction.
+        again = {"metadata": wl["metadata"], "status": _workload(low, 1, "InactiveWorkload")["status"]}
+        records[uid] = _merge_workload(records[uid], again, "MODIFIED", "later", clock=lambda: 999.0)
+    hits = wave_hits(records.values(), {low, high}, at=500.0)
+    by_job: dict[str, list[Hit]] = {}
+    for job_id, hit in hits:
+        by_job.setdefault(job_id, []).append(hit)
+    assert [(h.cause, h.attempt, h.message) for h in by_job[high]] == [
+        ("evicted", 1, "PodsReadyTimeout"),
+        ("evicted", 2, "PodsReadyTimeout"),
+    ]
+    assert [(h.cause, h.attempt) for h in by_job[low]] == [
+        ("preempted", 1),
+        ("preempted", 2),
+        ("preempted", 3),
+    ]
+    assert set(by_job) == {low, high}
+
+    def expect(kind: str, job_hits: list[Hit]) -> list[dict[str, Any]]:
+        return chaos.expected_outcomes(
+            kind=kind, fail_rank=None, policy=RETRY, hits=job_hits, cancel=None, plane_outage=True
+        )
+
+    timeout = "Kueue evicted the Workload (PodsReadyTimeout): dispatch ended the attempt"
+    high_seen = _seen("succeeded", "", ("failed", "evicted"), ("failed", "evicted"), ("succeeded", ""))
+    for execution in high_seen["executions"][:2]:
+        execution["message"] = timeout
+    low_seen = _seen(
+        "failed", "preempted", ("failed", "preempted"), ("failed", "preempted"), ("failed", "preempted")
+    )
+    # What the run saw matches what Kueue did.
+    assert chaos.judge_job(expect(chaos.KUEUE_HIGH, by_job[high]), high_seen, []) == []
+    assert chaos.judge_job(expect(chaos.KUEUE_LOW, by_job[low]), low_seen, []) == []
+    # The expectation at 81ecc66 (the first preemption only): the run's two mismatches.
+    assert chaos.judge_job(expect(chaos.KUEUE_HIGH, []), high_seen, []) == [
+        "3 attempt(s) (1: failed/evicted, 2: failed/evicted, 3: succeeded/-), expected 1"
+    ]
+    assert chaos.judge_job(expect(chaos.KUEUE_LOW, by_job[low][:1]), low_seen, []) != []
+    # An eviction must name its reason on its attempt, and one more than Kueue made is still a mismatch.
+    high_seen["executions"][1]["message"] = "Kueue preempted the Workload (InClusterQueue)"
+    assert chaos.judge_job(expect(chaos.KUEUE_HIGH, by_job[high]), high_seen, []) == [
+        "attempt 2's message does not name PodsReadyTimeout"
+    ]
+    once = expect(chaos.KUEUE_HIGH, by_job[high][:1])
+    high_seen["executions"][1]["message"] = timeout
+    assert chaos.judge_job(once, high_seen, []) == []  # the outage's one unobserved eviction, as before
+    assert chaos.judge_job(expect(chaos.KUEUE_HIGH, []), high_seen, []) != []
+
+
 def _seen(state: str, cause: str = "", *attempts: tuple[str, str], **more: Any) -> dict[str, Any]:
     executions = [
         {"attempt": n + 1, "state": s, "cause": c} for n, (s, c) in enumerate(attempts or [(state, cause)])
