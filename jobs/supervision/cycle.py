@@ -69,7 +69,14 @@ from jobs.supervision.kueue import deactivate_evicted, queue_positions
 from jobs.supervision.nodes import nodes_for, read_nodes
 from jobs.supervision.reads import read_namespace, read_workers, worker_failures
 from jobs.supervision.retries import start_due_retries
-from jobs.supervision.status import TRAINJOB_GONE, Context, DerivedStatus, condense_pod, derive
+from jobs.supervision.status import (
+    TRAINJOB_GONE,
+    Context,
+    DerivedStatus,
+    condense_pod,
+    derive,
+    with_tombstone,
+)
 from jobs.waits import Thresholds
 from runtimes.models import SiteSettings
 
@@ -593,8 +600,8 @@ def _with_tombstones(item: Watched, dead: Iterable[Mapping[str, Any]], grouped: 
     """The execution's memory with the pods a watch saw deleted. A watched deletion carries the pod's last
     state (its DisruptionTarget): it wins over what earlier cycles saw, even when a cycle already found the
     pod gone (it vanished between two reads, so that cycle remembered it without the condition); when it was
-    found gone is kept. A tombstone counts only for a pod of this execution: one the memory holds, or one
-    whose Job is in the chain."""
+    found gone is kept; a late, older delivery takes nothing back (status.with_tombstone). A tombstone counts
+    only for a pod of this execution: one the memory holds, or one whose Job is in the chain."""
     memory = dict(item.memory)
     for pod in dead:
         meta = pod.get("metadata") or {}
@@ -603,7 +610,7 @@ def _with_tombstones(item: Watched, dead: Iterable[Mapping[str, Any]], grouped: 
         if uid not in memory and not owners & grouped.job_uids:
             continue
         condensed = condense_pod(pod, item.domain)
-        memory[condensed["uid"]] = {**condensed, "gone": (memory.get(condensed["uid"]) or {}).get("gone")}
+        memory[condensed["uid"]] = with_tombstone(memory.get(condensed["uid"]), condensed)
     return memory
 
 

@@ -56,7 +56,7 @@ from jobs.supervision.status.model import (
     Context,
     DerivedStatus,
 )
-from jobs.supervision.status.pods import PodFailure, classify_pod, condense_pod, merge_memory
+from jobs.supervision.status.pods import PodFailure, classify_pod, condense_pod, merge_memory, with_tombstone
 from jobs.supervision.status.readers import condition, object_ref
 from jobs.waits import parse_time
 
@@ -104,4 +104,5 @@ __all__ = [
     "parse_time",
     "pods_ready_note",
     "scheduled_node",
+    "with_tombstone",
 ]

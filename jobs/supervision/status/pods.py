@@ -474,6 +474,26 @@ def merge_memory(stored: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str,
     return merged
 
 
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+def with_tombstone(remembered: Mapping[str, Any] | None, deleted: Mapping[str, Any]) -> dict[str, Any]:
+    """A pod's memory once a watch delivered it deleted (`deleted`, condensed). The deletion carries the
+    pod's last state, so it wins over what earlier cycles read; when it was found gone is kept. But one pod
+    can be delivered deleted more than once, and a lagging watch (another supervisor's, or a re-list) can
+    deliver an older state after a cycle used the newer one and its tombstone went: such a delivery never
+    takes back a DisruptionTarget the memory holds, nor a finished phase (no pod runs again after Succeeded
+    or Failed). Pure."""
+    if remembered is None:
+        return dict(deleted)
+    if remembered.get("phase") in FINISHED_PHASES and deleted.get("phase") not in FINISHED_PHASES:
+        return {**remembered, "disruption": remembered.get("disruption") or deleted.get("disruption")}
+    merged = {**deleted, "gone": remembered.get("gone")}
+    if remembered.get("disruption") and not deleted.get("disruption"):
+        merged["disruption"] = remembered["disruption"]
+    return merged
+
+
 _DISRUPTED: dict[str, str] = {
     PREEMPTED: "was preempted",
     EVICTED: "was evicted",

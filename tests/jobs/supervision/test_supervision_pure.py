@@ -16,7 +16,7 @@ import pytest
 from jobs.supervision import cycle
 from jobs.supervision.cycle import Watched, derive_all
 from jobs.supervision.grouping import StaticIndex, owned_objects
-from jobs.supervision.status import TRAINJOB_GONE, DerivedStatus, condense_pod
+from jobs.supervision.status import TRAINJOB_GONE, DerivedStatus, condense_pod, with_tombstone
 from jobs.waits import Thresholds
 
 NS, JOB, NAME = "team", "jabcdefghij", "jabcdefghij-1"
@@ -93,9 +93,14 @@ def _observed() -> StaticIndex:
 NODES = [{"kind": "Node", "metadata": {"name": "kwok-node-0"}, "status": {"conditions": []}}]
 
 
-def _cycle_after_the_pod_was_found_gone(tombstones: list[dict[str, Any]]) -> Any:
-    """A cycle after an earlier one remembered the pod as gone, without its DisruptionTarget."""
-    remembered = condense_pod(_pod(disrupted=False), "dispatch.dev") | {"gone": "2026-11-30T10:00:06Z"}
+def _cycle_after_the_pod_was_found_gone(
+    tombstones: list[dict[str, Any]], *, remembered_disrupted: bool = False
+) -> Any:
+    """A cycle after an earlier one remembered the pod as gone, without its DisruptionTarget (or with it:
+    `remembered_disrupted`, an earlier cycle used the watch's deletion)."""
+    remembered = condense_pod(_pod(disrupted=remembered_disrupted), "dispatch.dev") | {
+        "gone": "2026-11-30T10:00:06Z"
+    }
     watched = [
         Watched(
             key=(JOB, 1),
@@ -125,6 +130,21 @@ def test_a_watched_deletion_explains_a_pod_an_earlier_cycle_already_found_gone()
 def test_without_the_watch_the_same_failure_has_no_explanation() -> None:
     status = _cycle_after_the_pod_was_found_gone([])
     assert (status.state, status.cause) == ("failed", "unknown-failure")
+
+
+def test_a_stale_deletion_delivered_after_the_good_one_was_used_does_not_take_the_disruption_back() -> None:
+    """A lagging watch (another supervisor's, or a re-list) delivers the pod deleted in an older state
+    (Running, no DisruptionTarget) after a cycle already used the deletion that carried the eviction, whose
+    tombstone is gone. Before, the stale tombstone replaced what the memory held: `unknown-failure`."""
+    status = _cycle_after_the_pod_was_found_gone([_pod(disrupted=False)], remembered_disrupted=True)
+    assert (status.state, status.cause, status.rank) == ("failed", "evicted", 1)
+
+
+def test_a_stale_deletion_does_not_make_a_finished_pod_run_again() -> None:
+    finished = _pod(disrupted=False) | {"status": {"phase": "Failed", "conditions": []}}
+    remembered = condense_pod(finished, "dispatch.dev")
+    merged = with_tombstone(remembered, condense_pod(_pod(disrupted=True), "dispatch.dev"))
+    assert merged["phase"] == "Failed" and merged["disruption"]["reason"] == "EvictionByEvictionAPI"
 
 
 def test_the_garbage_collector_runs_again_after_a_cycle_even_one_that_raised() -> None:
