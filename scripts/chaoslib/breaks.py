@@ -48,7 +48,7 @@ BREAKS: Final[dict[str, Break]] = {
             "still running always comes back empty)",
             (
                 Edit(
-                    "jobs/supervision/apply.py",
+                    "jobs/supervision/retries.py",
                     "    domain = job.label_domain or SiteSettings.load().label_domain\n    attempt = "
                     "job.current_attempt\n",
                     '    return [], ""  # BROKEN (chaos --break overlap)\n'
