@@ -12,12 +12,15 @@ annotation naming a manager Workload that the session's TrainJob controls)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from cluster import exec as pods
 from cluster import gateway
 from cluster.where import MANAGER, on_cluster
 from jobs.models import Session
 from jobs.naming import WORKLOAD_JOB_UID_LABEL
 from jobs.objects import TRAINJOB, is_ours, is_worker_copy
-from jobs.sessions.rules import Placement, placement_of
+from jobs.sessions.rules import Chain, Placement, chained_pods, placement_of
 from runtimes.models import SiteSettings
 
 
@@ -83,3 +86,40 @@ def root_uid(session: Session) -> str:
     if copy is None or not is_worker_copy(copy, domain_of(session), session.id, workloads):
         return ""
     return str((copy.get("metadata") or {}).get("uid") or "")
+
+
+def session_pods(session: Session) -> list[pods.PodInfo]:
+    """The session's pods: those carrying its labels that are in its TrainJob's owner chain, where they run
+    (its MultiKueue worker: none while no worker is named)."""
+    if waiting_for_a_worker(session):
+        return []
+    selector = f"{pods.JOBSET_NAME_LABEL}={session.name},{domain_of(session)}/job={session.id}"
+    with on_cluster(session.cluster):
+        labelled = pods.list_pods(session.namespace, selector)
+    if not labelled:
+        return []
+    return chained_pods(labelled, session_chain(session))
+
+
+def session_chain(session: Session, labelled: Sequence[pods.PodInfo] = ()) -> Chain:
+    """The session's TrainJob -> JobSet -> Job links as the cluster shows them now: its JobSet (by name) and
+    the Jobs carrying its JobSet's label, plus, read by name, the Job of every labelled pod not among them
+    (a Job without the label is somebody else's, or gone). The JobSet and Jobs are read where the pods run
+    (its MultiKueue worker), the TrainJob they lead to is root_uid's."""
+    namespace, name = session.namespace, session.name
+    root = root_uid(session)
+    with on_cluster(session.cluster):
+        jobsets = gateway.list_objects(
+            gateway.JOBSETS, namespace, field_selector=f"metadata.name={name}"
+        ).items
+        jobs = gateway.list_objects(
+            gateway.JOBS, namespace, label_selector=f"{pods.JOBSET_NAME_LABEL}={name}"
+        ).items
+        listed = {str(j["metadata"].get("uid")) for j in jobs}
+        for owner in sorted(
+            {p.owner_name for p in labelled if p.owner_kind == "Job" and p.owner_uid not in listed}
+        ):
+            jobs += gateway.list_objects(
+                gateway.JOBS, namespace, field_selector=f"metadata.name={owner}"
+            ).items
+    return Chain.of(name=name, trainjob_uid=root, jobsets=jobsets, jobs=jobs)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 from contextlib import suppress
 from datetime import timedelta
 from typing import Any, Final
@@ -45,14 +44,12 @@ from jobs.objects import (
 from jobs.plan import start_reasons
 from jobs.queueing import QUEUE_NOT_FOUND, queue_plan
 from jobs.sessions.errors import SessionCreateFailed, SessionLimitReached, SessionNameTaken, SessionRefused
-from jobs.sessions.placement import domain_of, root_uid, session_place, waiting_for_a_worker
+from jobs.sessions.placement import domain_of, session_chain, session_place, session_pods
 from jobs.sessions.rules import (
     CREATION_FAILED_AFTER,
-    Chain,
     SessionRequest,
     _timeout,
     allow_list_miss,
-    chained_pods,
     creation_failure,
     decide_start,
     exec_containers,
@@ -258,43 +255,6 @@ def session_set_state(session: Session, old: set[str] | frozenset[str], new: str
     )
 
 
-def _pods_of(session: Session) -> list[pods.PodInfo]:
-    """The session's pods: those carrying its labels that are in its TrainJob's owner chain, where they run
-    (its MultiKueue worker: none while no worker is named)."""
-    if waiting_for_a_worker(session):
-        return []
-    selector = f"{pods.JOBSET_NAME_LABEL}={session.name},{domain_of(session)}/job={session.id}"
-    with on_cluster(session.cluster):
-        labelled = pods.list_pods(session.namespace, selector)
-    if not labelled:
-        return []
-    return chained_pods(labelled, _chain(session))
-
-
-def _chain(session: Session, labelled: Sequence[pods.PodInfo] = ()) -> Chain:
-    """The session's TrainJob -> JobSet -> Job links as the cluster shows them now: its JobSet (by name) and
-    the Jobs carrying its JobSet's label, plus, read by name, the Job of every labelled pod not among them
-    (a Job without the label is somebody else's, or gone). The JobSet and Jobs are read where the pods run
-    (its MultiKueue worker), the TrainJob they lead to is placement.root_uid's."""
-    namespace, name = session.namespace, session.name
-    root = root_uid(session)
-    with on_cluster(session.cluster):
-        jobsets = gateway.list_objects(
-            gateway.JOBSETS, namespace, field_selector=f"metadata.name={name}"
-        ).items
-        jobs = gateway.list_objects(
-            gateway.JOBS, namespace, label_selector=f"{pods.JOBSET_NAME_LABEL}={name}"
-        ).items
-        listed = {str(j["metadata"].get("uid")) for j in jobs}
-        for owner in sorted(
-            {p.owner_name for p in labelled if p.owner_kind == "Job" and p.owner_uid not in listed}
-        ):
-            jobs += gateway.list_objects(
-                gateway.JOBS, namespace, field_selector=f"metadata.name={owner}"
-            ).items
-    return Chain.of(name=name, trainjob_uid=root, jobsets=jobsets, jobs=jobs)
-
-
 def session_observe(*, session_id: str) -> Session | None:
     """One look at a starting session's trainer pod; moves it to running or failed when that is decided.
     A cluster that cannot be read decides nothing (the next look tries again)."""
@@ -304,7 +264,7 @@ def session_observe(*, session_id: str) -> Session | None:
     expired = timezone.now() >= session.created_at + timedelta(seconds=session.timeout_seconds)
     try:
         session_place(session=session)  # MultiKueue: the worker its Workload was admitted to, once named
-        claims = trainer_pod_claims(_pods_of(session), session.trainer_replicated_job)
+        claims = trainer_pod_claims(session_pods(session), session.trainer_replicated_job)
     except ClusterError as exc:
         # Nothing is decided on a read that failed, not even after the timeout: the next look (the watcher,
         # a waiting request or the sweep) decides on what the cluster shows.
@@ -495,7 +455,7 @@ def session_close_observe(*, session_id: str) -> Session | None:
     try:
         with on_cluster(session.cluster):  # its MultiKueue worker's pods: there only
             labelled = pods.list_pods(session.namespace, f"{label_domain}/job={session.id}")
-        left = leftover_pods(labelled, _chain(session, labelled)) if labelled else []
+        left = leftover_pods(labelled, session_chain(session, labelled)) if labelled else []
     except ClusterError as exc:
         logger.warning("session %s: closing: %s", session.id, exc)
         if not (timed_out and session.cluster):
@@ -556,7 +516,7 @@ def pod_problem(session: Session) -> str | None:
         or (session.pod_uid and pod.uid != session.pod_uid)
     ):
         # More than one pod at the trainer pod's place: none is named a replacement (no guess).
-        replacement = pick_trainer_pod(_pods_of(session), session.trainer_replicated_job)
+        replacement = pick_trainer_pod(session_pods(session), session.trainer_replicated_job)
     return trainer_pod_problem(session, pod, replacement)
 
 
