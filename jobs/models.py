@@ -359,6 +359,12 @@ class Session(models.Model):
     # The Kueue LocalQueue the session's TrainJob names ("" without Kueue): its queue_name, else the
     # namespace's default queue, fixed at open. Kueue admits it against the queue's quota as it does a job.
     queue = models.CharField(max_length=253, blank=True, default="")
+    # MultiKueue (issue 35): the worker clusters the queue dispatches to, fixed at open (the session's runtime
+    # copy is put on each, and removed from each at close; [] on a queue of this cluster), and the worker its
+    # Workload was admitted to (status.clusterName, kept once known; "" until then, or without MultiKueue):
+    # its pods, and its commands, are there.
+    workers = models.JSONField(default=list, blank=True)
+    cluster = models.CharField(max_length=253, blank=True, default="")
     # When the cluster first accepted the stop of the session's TrainJob, as it closes (jobs.stopping): the
     # TrainJob is deleted once stopped, or STOP_WAIT_SECONDS after this.
     stop_accepted_at = models.DateTimeField(null=True, blank=True)

@@ -131,3 +131,6 @@ def longest_pod_name(trainjob_name: str, runtime: Mapping[str, Any], num_nodes: 
 # MultiKueue's annotation on a worker's copy of a TrainJob: the name of the manager's Workload it runs for
 # (Kueue v0.19.2 writes it as an annotation; older releases as a label).
 PREBUILT_WORKLOAD: Final = "kueue.x-k8s.io/prebuilt-workload-name"
+
+# Kueue's label on a Workload: the UID of the job (here the TrainJob) it was made for.
+WORKLOAD_JOB_UID_LABEL: Final = "kueue.x-k8s.io/job-uid"

@@ -12,15 +12,21 @@ adopted and never deleted.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from cluster import gateway
+from cluster.client import has_credentials
 from cluster.errors import AlreadyExists, ClusterUnavailable, Rejected
+from cluster.where import on_cluster
 from dispatch_site.names import MANAGED_BY, MANAGED_BY_LABEL
+from jobs.naming import PREBUILT_WORKLOAD
 from runtimes.digest import changed_paths, describe_paths, digest, without_server_fields
+
+logger = logging.getLogger(__name__)
 
 TRAINJOB = "TrainJob"
 
@@ -307,4 +313,87 @@ def own_copy(copy: dict[str, Any], trainjob: dict[str, Any]) -> None:
         copy["metadata"]["namespace"],
         copy["metadata"]["name"],
         {"metadata": {"ownerReferences": [*existing, owner]}},
+    )
+
+
+# ---------------------------------------------------------------- MultiKueue workers (issue 35)
+
+
+def runtime_copy_to_workers(
+    *,
+    runtime: dict[str, Any],
+    workers: Sequence[str],
+    label_domain: str,
+    owner_id: str,
+    before_create: Callable[[], None] | None = None,
+) -> None:
+    """MultiKueue copies only the TrainJob to the worker it picks: the runtime copy it names must be there
+    already, or the worker's Kueue refuses the TrainJob. So the copy goes to every worker of the queue that
+    dispatch has credentials for (a job's plan warns of the others), before the TrainJob exists, through
+    create_or_adopt (`before_create`: the start's fence). A worker that cannot be reached is skipped (lost:
+    MultiKueue places nothing there while it is), so a lost worker never holds a start or an open. The
+    copies are removed with worker_runtime_copies_delete. Shared by a job's start and a session's open."""
+    for worker in workers:
+        if not has_credentials(worker):
+            continue
+        try:
+            with on_cluster(worker):
+                create_or_adopt(
+                    TRAINING_RUNTIME, runtime, label_domain, owner_id, before_create=before_create
+                )
+        except ClusterUnavailable as exc:
+            logger.warning("no runtime copy on %s for %s: %s", worker, owner_id, exc)
+
+
+def worker_runtime_copies_delete(
+    *,
+    namespace: str,
+    name: str,
+    workers: Iterable[str],
+    label_domain: str,
+    owner_id: str,
+    unannotated_ok: bool = False,
+    trainjob_uid: str = "",
+) -> list[str]:
+    """The runtime copies runtime_copy_to_workers put on the MultiKueue workers: each is deleted once the
+    worker's TrainJob under `name` is gone (its Trainer refuses to let go of a TrainJob whose runtime went
+    first; MultiKueue removes the worker's TrainJob once the manager's is gone). What is still there is
+    named with its worker. A worker dispatch cannot reach (lost, or no credentials) is skipped with a log
+    line: its copy stays until someone removes it, and nothing waits for a cluster that may never come back.
+    Only copies that are ours (is_ours, `trainjob_uid` the manager TrainJob's: a copy on a worker has no
+    owner) are deleted, under their UID."""
+    left: list[str] = []
+    for worker in workers:
+        try:
+            with on_cluster(worker):
+                if gateway.get_namespaced(TRAINJOB, namespace, name) is not None:
+                    left.append(f"{TRAINJOB} on {worker}")
+                    continue
+                copy = gateway.get_namespaced(TRAINING_RUNTIME, namespace, name)
+                if copy is None or not is_ours(
+                    copy, label_domain, owner_id, unannotated_ok=unannotated_ok, trainjob_uid=trainjob_uid
+                ):
+                    continue
+                meta = copy.get("metadata") or {}
+                if not meta.get("deletionTimestamp"):
+                    gateway.delete_namespaced(
+                        TRAINING_RUNTIME, namespace, name, uid=str(meta.get("uid") or "")
+                    )
+                left.append(f"{TRAINING_RUNTIME} on {worker}")
+        except ClusterUnavailable as exc:
+            logger.warning("leaving the runtime copy %s/%s on worker %s: %s", namespace, name, worker, exc)
+    return left
+
+
+def is_worker_copy(
+    copy: Mapping[str, Any], label_domain: str, owner_id: str, workload_names: Iterable[str]
+) -> bool:
+    """Whether `copy`, a TrainJob on a MultiKueue worker, is MultiKueue's copy of the TrainJob dispatch made
+    for `owner_id` (a job or a session): it carries the owner's label, and MultiKueue's prebuilt-workload
+    annotation names one of `workload_names`, the manager's Workloads that TrainJob controls (a stranger can
+    copy the labels, but not make the manager's Workload its own). Pure."""
+    names = set(workload_names) - {""}
+    return (
+        _labels(copy).get(f"{label_domain}/job") == owner_id
+        and _annotations(copy).get(PREBUILT_WORKLOAD) in names
     )

@@ -196,6 +196,11 @@ class SessionSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username")
     runtime = serializers.SerializerMethodField()
     trainjob_name = serializers.CharField(source="name")
+    cluster = serializers.CharField(
+        read_only=True,
+        help_text="the MultiKueue worker cluster the session's TrainJob was admitted to, where its pods run "
+        "and its commands execute; empty: this cluster (or not admitted to a worker yet)",
+    )
     status_url = serializers.SerializerMethodField()
 
     class Meta:
@@ -212,6 +217,7 @@ class SessionSerializer(serializers.ModelSerializer):
             "command",
             "timeout_seconds",
             "queue",
+            "cluster",
             "state",
             "message",
             "warning",

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from cluster import exec as pods
 from cluster.errors import ClusterError, NotFound, Rejected
+from cluster.where import on_cluster
 from dispatch_site import metrics, roles
 from dispatch_site.audit import audit_record
 from jobs.models import Session, SessionState
@@ -109,7 +110,8 @@ def session_exec(
         open_error, unreachable = "", None
         if not failed_with:
             try:
-                stream = pods.exec_open(session.namespace, session.pod, container, argv, timeout=timeout)
+                with on_cluster(session.cluster):  # a MultiKueue session's pod is on its worker
+                    stream = pods.exec_open(session.namespace, session.pod, container, argv, timeout=timeout)
             except (NotFound, Rejected) as exc:
                 open_error = exc.message
             except ClusterError as exc:
@@ -132,7 +134,8 @@ def session_exec(
     output: pods.ExecOutput | None = None
     error = ""
     try:
-        output = pods.exec_collect(stream, max_bytes=settings.SESSION_EXEC_MAX_OUTPUT_BYTES)
+        with on_cluster(session.cluster):
+            output = pods.exec_collect(stream, max_bytes=settings.SESSION_EXEC_MAX_OUTPUT_BYTES)
     except pods.ExecTimeout as exc:
         output, error = exc.output, exc.message
     except ClusterError as exc:

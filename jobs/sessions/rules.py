@@ -300,6 +300,34 @@ class Chain:
         )
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where MultiKueue placed the session's TrainJob, as the manager's Workloads it controls show it:
+    `cluster`, the worker of their status.clusterName ("" while none is named: not admitted yet, or
+    evicted), and `workloads`, their names (the worker's copy of the TrainJob names one:
+    jobs.objects.is_worker_copy)."""
+
+    cluster: str
+    workloads: tuple[str, ...]
+
+
+def placement_of(workloads: Sequence[Mapping[str, Any]], trainjob_uid: str) -> Placement:
+    """The Placement read from `workloads`: only those whose controller is the TrainJob of `trainjob_uid`
+    (the session's on the manager) count. Pure."""
+    names: list[str] = []
+    cluster = ""
+    for wl in workloads:
+        meta = wl.get("metadata") or {}
+        refs = meta.get("ownerReferences") or ()
+        if not any(r.get("controller") and r.get("uid") == trainjob_uid for r in refs if trainjob_uid):
+            continue
+        names.append(str(meta.get("name") or ""))
+        admitted = (wl.get("status") or {}).get("clusterName")
+        if isinstance(admitted, str) and admitted:
+            cluster = admitted
+    return Placement(cluster=cluster, workloads=tuple(n for n in names if n))
+
+
 def chained_pods(pod_list: Sequence[pods.PodInfo], chain: Chain) -> list[pods.PodInfo]:
     """The pods of the session's TrainJob: each one's controller is a Job owned by a JobSet owned by the
     TrainJob the open recorded, every link present. Anyone who can create a pod in the namespace can copy the

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 from contextlib import suppress
 from datetime import timedelta
 from typing import Any, Final
@@ -25,6 +24,7 @@ from cluster import exec as pods
 from cluster import gateway
 from cluster.errors import ClusterError, Conflict
 from cluster.logs import events_for
+from cluster.where import on_cluster
 from dispatch_site import roles
 from dispatch_site.audit import audit_record
 from dispatch_site.roles import NamespaceNotGranted
@@ -38,17 +38,18 @@ from jobs.objects import (
     create_trainjob_on_copy,
     is_ours,
     own_copy,
+    runtime_copy_to_workers,
+    worker_runtime_copies_delete,
 )
 from jobs.plan import start_reasons
 from jobs.queueing import QUEUE_NOT_FOUND, queue_plan
 from jobs.sessions.errors import SessionCreateFailed, SessionLimitReached, SessionNameTaken, SessionRefused
+from jobs.sessions.placement import domain_of, session_chain, session_place, session_pods
 from jobs.sessions.rules import (
     CREATION_FAILED_AFTER,
-    Chain,
     SessionRequest,
     _timeout,
     allow_list_miss,
-    chained_pods,
     creation_failure,
     decide_start,
     exec_containers,
@@ -105,13 +106,14 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
     queueing = kueue_inputs(spec=spec, site=site)
     _, queue_reasons, _ = queue_plan(spec=spec, runtime=body, kueue=queueing)
     reasons += queue_reasons
-    if queueing.workers:
+    if queueing.workers and set(queueing.workers_without_credentials) >= set(queueing.workers):
+        # MultiKueue places it on a worker: dispatch must be able to put its runtime there and read its pods.
         reasons.append(
             Reason(
                 QUEUE_NOT_FOUND,
                 f"LocalQueue {queueing.choice.queue} sends its workloads to MultiKueue worker clusters "
-                f"({', '.join(queueing.workers)}); a session runs on this cluster only: name a queue_name "
-                "of this cluster",
+                f"({', '.join(queueing.workers)}), for none of which dispatch has credentials "
+                "(WORKER_KUBECONFIG_DIR): the session could never run there",
                 "queue_name",
             )
         )
@@ -130,6 +132,7 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
         container=NODE_CONTAINER,
         label_domain=site.label_domain,
         queue=queueing.choice.queue or "",
+        workers=list(queueing.workers),
     )
     session.name = request.name or session.id
     if body is not None:
@@ -199,6 +202,10 @@ def session_open(*, owner: User, request: SessionRequest) -> Session:
         failure: ClusterError | None = None
         try:
             made_copy = create_or_adopt(TRAINING_RUNTIME, copy, session.label_domain, session.id)
+            # MultiKueue copies only the TrainJob: its runtime must be on the worker it picks (as a job's).
+            runtime_copy_to_workers(
+                runtime=copy, workers=session.workers, label_domain=session.label_domain, owner_id=session.id
+            )
             made_job = create_trainjob_on_copy(train_job, session.label_domain, session.id)
             own_copy(made_copy, made_job)
         except ClusterError as exc:
@@ -227,11 +234,6 @@ def _limit_message(owner: User, held: list[str]) -> str:
     )
 
 
-def domain_of(session: Session) -> str:
-    """The label domain the session's objects carry (the site's current one for rows older than the field)."""
-    return session.label_domain or SiteSettings.load().label_domain
-
-
 def _refused(owner: User, ref_text: str, namespace: str, reasons: list[Reason]) -> SessionRefused:
     audit_record(
         actor=owner,
@@ -253,43 +255,6 @@ def session_set_state(session: Session, old: set[str] | frozenset[str], new: str
     )
 
 
-def _pods_of(session: Session) -> list[pods.PodInfo]:
-    """The session's pods: those carrying its labels that are in its TrainJob's owner chain."""
-    selector = f"{pods.JOBSET_NAME_LABEL}={session.name},{domain_of(session)}/job={session.id}"
-    labelled = pods.list_pods(session.namespace, selector)
-    if not labelled:
-        return []
-    return chained_pods(labelled, _chain(session))
-
-
-def _trainjob_uid(session: Session) -> str:
-    """The UID of the session's TrainJob: the one its open recorded, else (a session opened before dispatch
-    recorded it) the TrainJob under its name when dispatch made it for this session."""
-    if session.trainjob_uid:
-        return session.trainjob_uid
-    trainjob = gateway.get_namespaced(TRAINJOB, session.namespace, session.name)
-    if trainjob is None or not is_ours(trainjob, domain_of(session), session.id):
-        return ""
-    return str((trainjob.get("metadata") or {}).get("uid") or "")
-
-
-def _chain(session: Session, labelled: Sequence[pods.PodInfo] = ()) -> Chain:
-    """The session's TrainJob -> JobSet -> Job links as the cluster shows them now: its JobSet (by name) and
-    the Jobs carrying its JobSet's label, plus, read by name, the Job of every labelled pod not among them
-    (a Job without the label is somebody else's, or gone)."""
-    namespace, name = session.namespace, session.name
-    jobsets = gateway.list_objects(gateway.JOBSETS, namespace, field_selector=f"metadata.name={name}").items
-    jobs = gateway.list_objects(
-        gateway.JOBS, namespace, label_selector=f"{pods.JOBSET_NAME_LABEL}={name}"
-    ).items
-    listed = {str(j["metadata"].get("uid")) for j in jobs}
-    for owner in sorted(
-        {p.owner_name for p in labelled if p.owner_kind == "Job" and p.owner_uid not in listed}
-    ):
-        jobs += gateway.list_objects(gateway.JOBS, namespace, field_selector=f"metadata.name={owner}").items
-    return Chain.of(name=name, trainjob_uid=_trainjob_uid(session), jobsets=jobsets, jobs=jobs)
-
-
 def session_observe(*, session_id: str) -> Session | None:
     """One look at a starting session's trainer pod; moves it to running or failed when that is decided.
     A cluster that cannot be read decides nothing (the next look tries again)."""
@@ -298,7 +263,8 @@ def session_observe(*, session_id: str) -> Session | None:
         return session
     expired = timezone.now() >= session.created_at + timedelta(seconds=session.timeout_seconds)
     try:
-        claims = trainer_pod_claims(_pods_of(session), session.trainer_replicated_job)
+        session_place(session=session)  # MultiKueue: the worker its Workload was admitted to, once named
+        claims = trainer_pod_claims(session_pods(session), session.trainer_replicated_job)
     except ClusterError as exc:
         # Nothing is decided on a read that failed, not even after the timeout: the next look (the watcher,
         # a waiting request or the sweep) decides on what the cluster shows.
@@ -422,8 +388,11 @@ def _delete_objects(session: Session, *, force: bool = False) -> tuple[bool, boo
     are touched: labelled and annotated for it, and, once the open recorded its TrainJob's UID, that TrainJob
     (deleted with the UID as a precondition) and a copy no other TrainJob owns; somebody's TrainJob made
     again under the name, with the labels and annotations copied, is left alone. `force`: delete the
-    TrainJob whether stopped or not (the close timed out). Returns whether the TrainJob and the copy were
-    still there, and whether this pass deleted anything."""
+    TrainJob whether stopped or not (the close timed out). On MultiKueue, once the manager's TrainJob is gone,
+    the runtime copies on the workers go too, each once MultiKueue removed that worker's TrainJob
+    (jobs.objects.worker_runtime_copies_delete; a worker that cannot be reached keeps its copy). Returns
+    whether the TrainJob and the copies (or a worker's TrainJob) were still there, and whether this pass
+    deleted anything."""
     label_domain = domain_of(session)
     made = session.trainjob_uid
     trainjob = gateway.get_namespaced(TRAINJOB, session.namespace, session.name)
@@ -446,6 +415,17 @@ def _delete_objects(session: Session, *, force: bool = False) -> tuple[bool, boo
     if has_copy and not has_job:
         gateway.delete_namespaced(TRAINING_RUNTIME, session.namespace, session.name)
         deleted = True
+    if session.workers and not has_job:
+        on_workers = worker_runtime_copies_delete(
+            namespace=session.namespace,
+            name=session.name,
+            workers=session.workers,
+            label_domain=label_domain,
+            owner_id=session.id,
+            trainjob_uid=made,
+        )
+        has_copy = has_copy or bool(on_workers)
+        deleted = deleted or any(left.startswith(TRAINING_RUNTIME) for left in on_workers)
     return has_job, has_copy, deleted
 
 
@@ -468,20 +448,29 @@ def session_close_observe(*, session_id: str) -> Session | None:
                 break
             time.sleep(wait)
             trainjob, copy, deleted = _delete_objects(session, force=timed_out)
-        labelled = pods.list_pods(session.namespace, f"{label_domain}/job={session.id}")
-        left = leftover_pods(labelled, _chain(session, labelled)) if labelled else []
     except ClusterError as exc:
         logger.warning("session %s: closing: %s", session.id, exc)
         return session
+    unread = ""
+    try:
+        with on_cluster(session.cluster):  # its MultiKueue worker's pods: there only
+            labelled = pods.list_pods(session.namespace, f"{label_domain}/job={session.id}")
+        left = leftover_pods(labelled, session_chain(session, labelled)) if labelled else []
+    except ClusterError as exc:
+        logger.warning("session %s: closing: %s", session.id, exc)
+        if not (timed_out and session.cluster):
+            return session
+        # Its worker is lost: MultiKueue's garbage collector removes its TrainJob copy there once it is back.
+        left, unread = [], f"; its worker {session.cluster} could not be read ({exc.message})"
     now = timezone.now()
-    if not trainjob and not copy and not left:
+    if not trainjob and not copy and not left and not unread:
         session_set_state(session, {SessionState.CLOSING}, SessionState.CLOSED, closed_at=now)
     elif timed_out:
         still = ", ".join(p.name for p in left) or "none"
         warning = (
             f"{len(left)} pod(s) of TrainJob {session.namespace}/{session.name} still existed "
             f"{settings.SESSION_CLOSE_TIMEOUT_SECONDS}s after close ({still}); the TrainJob was deleted, "
-            "so the garbage collector removes them"
+            f"so the garbage collector removes them{unread}"
         )
         session_set_state(
             session, {SessionState.CLOSING}, SessionState.CLOSED, closed_at=now, warning=warning
@@ -515,8 +504,10 @@ def session_check_pod(*, session_id: str) -> Session | None:
 
 
 def pod_problem(session: Session) -> str | None:
-    """trainer_pod_problem on what the cluster shows now (ClusterError when it cannot be read)."""
-    pod = pods.get_pod(session.namespace, session.pod)
+    """trainer_pod_problem on what the cluster shows now, where the pod runs (ClusterError when it cannot be
+    read)."""
+    with on_cluster(session.cluster):
+        pod = pods.get_pod(session.namespace, session.pod)
     replacement = None
     if (
         pod is None
@@ -525,7 +516,7 @@ def pod_problem(session: Session) -> str | None:
         or (session.pod_uid and pod.uid != session.pod_uid)
     ):
         # More than one pod at the trainer pod's place: none is named a replacement (no guess).
-        replacement = pick_trainer_pod(_pods_of(session), session.trainer_replicated_job)
+        replacement = pick_trainer_pod(session_pods(session), session.trainer_replicated_job)
     return trainer_pod_problem(session, pod, replacement)
 
 

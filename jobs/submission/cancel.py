@@ -12,15 +12,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from cluster import gateway
-from cluster.errors import ClusterError, ClusterUnavailable, Conflict
+from cluster.errors import ClusterError, Conflict
 from cluster.fence import fence_best_effort
-from cluster.where import on_cluster
 from dispatch_site.audit import audit_record
 from dispatch_site.causes import Cause
 from jobs import enqueue
 from jobs.logtail import execution_log_keep
 from jobs.models import ACTIVE_STATES, Execution, Job, JobEvent, JobState, PodTombstone
-from jobs.objects import TRAINING_RUNTIME, TRAINJOB, is_ours
+from jobs.objects import TRAINING_RUNTIME, TRAINJOB, is_ours, worker_runtime_copies_delete
 from jobs.stopping import (
     DELETE,
     GONE_WAITS,
@@ -116,31 +115,18 @@ def _delete_pass(
 
 
 def _worker_copies_pass(job: Job, name: str, unannotated_ok: bool, made: str) -> list[str]:
-    """The runtime copies the start put on the MultiKueue workers (jobs.submission.start._copy_to_workers):
-    each is deleted once the worker's TrainJob under `name` is gone (its Trainer refuses to let go of a
-    TrainJob whose runtime went first). What is still there is named with its worker. A worker dispatch
-    cannot reach (lost, or no credentials) is skipped with a log line: its copy stays until someone removes
-    it, and the attempt's end does not wait for a cluster that may never come back."""
-    left: list[str] = []
-    for worker in _workers(job):
-        try:
-            with on_cluster(worker):
-                if gateway.get_namespaced(TRAINJOB, job.namespace, name) is not None:
-                    left.append(f"{TRAINJOB} on {worker}")
-                    continue
-                copy = gateway.get_namespaced(TRAINING_RUNTIME, job.namespace, name)
-                if copy is None or not is_ours(
-                    copy, job.label_domain, job.id, unannotated_ok=unannotated_ok, trainjob_uid=made
-                ):
-                    continue
-                if not _deleting(copy):
-                    gateway.delete_namespaced(TRAINING_RUNTIME, job.namespace, name, uid=_uid(copy))
-                left.append(f"{TRAINING_RUNTIME} on {worker}")
-        except ClusterUnavailable as exc:
-            logger.warning(
-                "leaving the runtime copy %s/%s on worker %s: %s", job.namespace, name, worker, exc
-            )
-    return left
+    """The runtime copies the start put on the MultiKueue workers (jobs.submission.start._copy_to_workers),
+    deleted once each worker's TrainJob is gone (jobs.objects.worker_runtime_copies_delete); what is still
+    there, named with its worker."""
+    return worker_runtime_copies_delete(
+        namespace=job.namespace,
+        name=name,
+        workers=_workers(job),
+        label_domain=job.label_domain,
+        owner_id=job.id,
+        unannotated_ok=unannotated_ok,
+        trainjob_uid=made,
+    )
 
 
 def _workers(job: Job) -> list[str]:

@@ -15,10 +15,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from cluster import gateway
-from cluster.client import has_credentials
-from cluster.errors import ClusterError, ClusterUnavailable, NotFound, Rejected
+from cluster.errors import ClusterError, NotFound, Rejected
 from cluster.fence import fence_best_effort
-from cluster.where import on_cluster
 from dispatch_site import sql
 from dispatch_site.audit import audit_record
 from dispatch_site.causes import Cause
@@ -30,6 +28,7 @@ from jobs.objects import (
     create_or_adopt,
     create_trainjob_on_copy,
     own_copy,
+    runtime_copy_to_workers,
 )
 from jobs.plan import Plan
 from jobs.spec import JobSpec
@@ -173,22 +172,14 @@ def execution_submit(*, execution_id: int, holder: str | None = None, retry_in: 
 
 
 def _copy_to_workers(plan: Plan, label_domain: str, job_id: str, fence: Callable[[], None]) -> None:
-    """MultiKueue copies only the TrainJob to the worker it picks: the runtime copy it names must be there
-    already, or the worker's Kueue refuses the TrainJob. So the copy goes to every worker of the queue that
-    dispatch has credentials for (the plan warned of the others), before the TrainJob exists. Fenced like
-    every create. A worker that cannot be reached is skipped (lost: MultiKueue places nothing there while it
-    is), so a lost worker never holds a start. The copies are removed with the attempt's objects
-    (jobs.submission.cancel)."""
+    """The job's runtime copy on every MultiKueue worker of its queue, fenced like every create
+    (jobs.objects.runtime_copy_to_workers); removed with the attempt's objects (jobs.submission.cancel)."""
     runtime = plan.training_runtime
     assert runtime is not None
-    for worker in plan.queue.workers if plan.queue is not None else ():
-        if not has_credentials(worker):
-            continue
-        try:
-            with on_cluster(worker):
-                create_or_adopt(TRAINING_RUNTIME, runtime, label_domain, job_id, before_create=fence)
-        except ClusterUnavailable as exc:
-            logger.warning("no runtime copy on %s for job %s: %s", worker, job_id, exc)
+    workers = plan.queue.workers if plan.queue is not None else ()
+    runtime_copy_to_workers(
+        runtime=runtime, workers=workers, label_domain=label_domain, owner_id=job_id, before_create=fence
+    )
 
 
 @cache

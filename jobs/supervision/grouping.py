@@ -19,7 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from jobs.naming import PREBUILT_WORKLOAD, trainjob_name_prefix
+from jobs.naming import trainjob_name_prefix
+from jobs.objects import is_worker_copy
 from jobs.supervision.status import disrupted_pods_named
 
 Obj = Mapping[str, Any]
@@ -123,10 +124,9 @@ def worker_copy(worker: ObjectSource, item: Watched, workloads: Iterable[Obj]) -
     """The worker's copy of the execution's TrainJob: same namespace and name, the job's label, and
     MultiKueue's prebuilt-workload annotation naming the manager's Workload that the execution's TrainJob
     owns (a stranger can copy the labels, but not make the manager's Workload its own)."""
-    names = {str(meta(w).get("name") or "") for w in workloads} - {""}
+    names = [str(meta(w).get("name") or "") for w in workloads]
     for copy in worker.named(TRAINJOB, item.namespace, item.trainjob_name):
-        marks = meta(copy).get("annotations") or {}
-        if labels(copy).get(f"{item.domain}/job") == item.key[0] and marks.get(PREBUILT_WORKLOAD) in names:
+        if is_worker_copy(copy, item.domain, item.key[0], names):
             return copy
     return None
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -29,11 +30,13 @@ from jobs.submission.cancel import execution_delete
 from jobs.submission.errors import TransientSubmitError
 from jobs.submission.leftovers import worker_leftovers_sweep
 from jobs.supervision import cycle
+from runtimes.models import AllowListEntry
 from tests.scripts.test_multikueue_planes import (  # noqa: F401 (fixtures)
     NAMESPACE,
     QUEUE,
     STATE,
     WORKERS,
+    delete_everywhere,
     dispatched_to,
     manager,
     multikueue_planes,
@@ -42,6 +45,8 @@ from tests.scripts.test_multikueue_planes import (  # noqa: F401 (fixtures)
 from tests.support.cluster import UP_TIMEOUT, Kube, _run_cluster
 from tests.support.dispatch import api_as, get_job, submit_job
 from tests.support.kueue import RUNTIME, TRAINER, Recorder, wait_for
+
+SESSION_IMAGE = "localhost/dispatch-busybox:kind"  # as the sessions' tests
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("dispatch_kind_allowed")]
 
@@ -362,3 +367,75 @@ def test_a_lost_worker_ends_the_attempt_cluster_lost_and_the_next_runs_as_a_new_
     twice = {identity: runs for identity, runs in ran.items() if len(runs) > 1}
     assert twice == {}, f"rank identities run by more than one pod: {twice}"
     assert {str(lost_attempt), str(second["current_attempt"])} <= {attempt for attempt, _ in ran}, ran
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_session_on_a_multikueue_queue_runs_echo_on_its_workers_trainer_pod_and_closes_everywhere(
+    manager: Kube,  # noqa: F811
+    multikueue_planes: dict[str, Kube],  # noqa: F811
+    token: str,
+) -> None:
+    """A session names its queue as a job does: on `multi` its TrainJob goes to the manager and MultiKueue
+    copies it to a worker; the runtime copy is on every worker first. The session API names the worker
+    (`cluster`), a command runs in the trainer pod there (no pod of it exists on the manager), and closing
+    removes the TrainJob everywhere and the workers' runtime copies."""
+    AllowListEntry.objects.update_or_create(
+        kind="ClusterTrainingRuntime",
+        namespace="",
+        name=RUNTIME,
+        defaults={"for_jobs": True, "for_sessions": True},
+    )
+    api = api_as(token)
+    name = f"mks-{uuid.uuid4().hex[:6]}"
+    body = {
+        "runtime": {"kind": "ClusterTrainingRuntime", "name": RUNTIME},
+        "namespace": NAMESPACE,
+        "image": SESSION_IMAGE,
+        "name": name,
+        "queue_name": QUEUE,
+        # Quota on the manager, admission on a worker, the copy, the worker's controllers: a while on a busy
+        # machine (and an eviction for PodsReadyTimeout makes MultiKueue dispatch it again).
+        "timeout_seconds": 300,
+    }
+    try:
+        opened = api.post("/api/v1/sessions?wait=280", body, format="json")
+        assert opened.status_code == 200, opened.content
+        session = opened.json()
+        assert session["state"] == "running", session
+        assert session["queue"] == QUEUE
+        trainjob = trainjob_or_none(manager, name)
+        assert trainjob is not None
+        worker = dispatched_to(manager, trainjob)
+        assert session["cluster"] == worker, session
+        assert api.get(f"/api/v1/sessions/{session['id']}").json()["cluster"] == worker
+        page = Client()
+        assert page.login(username="mk-user", password="pw")
+        shown = page.get(f"/sessions/{session['id']}/")
+        assert shown.status_code == 200 and f"<code>{worker}</code>" in shown.content.decode(), shown.content
+        for each, kube in multikueue_planes.items():
+            copy = _copy_on(kube, name)
+            assert copy is not None, f"no runtime copy {NAMESPACE}/{name} on {each}"
+            assert copy["metadata"]["labels"].get("dispatch.dev/session") == session["id"], copy["metadata"]
+        on_worker = multikueue_planes[worker]
+        pod = on_worker.core.read_namespaced_pod(session["pod"], NAMESPACE)
+        assert pod.status.phase == "Running"
+        assert pod.metadata.labels["jobset.sigs.k8s.io/jobset-name"] == name
+        assert _running_pods(manager, name) == []  # nothing of it runs on the manager
+
+        ran = api.post(
+            f"/api/v1/sessions/{session['id']}/exec", {"command": "echo hello from the worker"}, format="json"
+        )
+        assert ran.status_code == 200, ran.content
+        assert (ran.json()["stdout"], ran.json()["returncode"]) == ("hello from the worker\n", 0), ran.json()
+        assert ran.json()["pod"] == session["pod"]
+
+        closed = api.delete(f"/api/v1/sessions/{session['id']}?wait=120")
+        assert closed.status_code == 200, closed.content
+        assert closed.json()["state"] == "closed", closed.json()
+        assert closed.json()["cluster"] == worker
+        assert trainjob_or_none(manager, name) is None
+        assert all(trainjob_or_none(kube, name) is None for kube in multikueue_planes.values())
+        assert all(_copy_on(kube, name) is None for kube in multikueue_planes.values())
+        assert _running_pods(on_worker, name) == []
+    finally:
+        delete_everywhere(manager, multikueue_planes, name)

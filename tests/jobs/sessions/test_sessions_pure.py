@@ -16,8 +16,10 @@ from cluster.errors import ClusterUnavailable, NotFound, Rejected
 from cluster.exec import PodInfo, parse_exec_status, translate_handshake
 from cluster.logs import EventRow
 from jobs.models import Session, SessionState
+from jobs.objects import is_worker_copy
 from jobs.sessions.rules import (
     Chain,
+    Placement,
     SessionRequest,
     chained_pods,
     command_argv,
@@ -25,6 +27,7 @@ from jobs.sessions.rules import (
     decide_start,
     leftover_pods,
     pick_trainer_pod,
+    placement_of,
     session_objects,
     session_runtime_check,
     session_spec,
@@ -386,3 +389,43 @@ def test_the_keep_alive_replaces_the_launchers_args_and_the_nodes_are_marked_as_
         )
     )
     assert (own.command, own.args) == (("sh", "-c", "x"), ())
+
+
+# ---------------------------------------------------------------- MultiKueue placement (issue 35)
+
+
+def _workload(name: str, owner_uid: str, cluster: str = "", controller: bool = True) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "ownerReferences": [{"kind": "TrainJob", "uid": owner_uid, "controller": controller}],
+        },
+        "status": {"clusterName": cluster} if cluster else {},
+    }
+
+
+def test_a_sessions_placement_is_read_from_the_workloads_its_trainjob_controls_only() -> None:
+    assert placement_of([_workload("wl-a", "uid-1", "worker-2")], "uid-1") == Placement("worker-2", ("wl-a",))
+    # Not admitted yet (or evicted): no worker, the Workload's name all the same.
+    assert placement_of([_workload("wl-a", "uid-1")], "uid-1") == Placement("", ("wl-a",))
+    # Somebody's Workload labelled with our UID but controlled by another TrainJob, or merely owned: not ours.
+    strangers = [
+        _workload("wl-x", "uid-2", "worker-1"),
+        _workload("wl-y", "uid-1", "worker-1", controller=False),
+    ]
+    assert placement_of(strangers, "uid-1") == Placement("", ())
+    assert placement_of([_workload("wl-a", "uid-1", "worker-2")], "") == Placement("", ())
+
+
+def test_a_workers_trainjob_copy_is_ours_only_with_our_label_and_a_workload_of_ours_named() -> None:
+    def copy(job: str, prebuilt: str | None) -> dict[str, Any]:
+        annotations = {"kueue.x-k8s.io/prebuilt-workload-name": prebuilt} if prebuilt else {}
+        return {"metadata": {"labels": {"dispatch.dev/job": job}, "annotations": annotations}}
+
+    assert is_worker_copy(copy("s1", "wl-a"), "dispatch.dev", "s1", ["wl-a"])
+    assert not is_worker_copy(copy("s1", "wl-b"), "dispatch.dev", "s1", ["wl-a"])  # another Workload's
+    assert not is_worker_copy(copy("s2", "wl-a"), "dispatch.dev", "s1", ["wl-a"])  # another owner's label
+    assert not is_worker_copy(
+        copy("s1", None), "dispatch.dev", "s1", ["wl-a"]
+    )  # made by hand, not MultiKueue
+    assert not is_worker_copy(copy("s1", ""), "dispatch.dev", "s1", [""])
