@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from cluster import gateway
 from cluster.errors import ClusterError, Conflict
-from cluster.fence import fence_best_effort
+from cluster.fence import fence_add, fence_best_effort
+from cluster.where import on_cluster
 from dispatch_site.audit import audit_record
 from dispatch_site.causes import Cause
 from jobs import enqueue
@@ -63,6 +64,7 @@ def execution_objects_delete(job: Job, execution: Execution, *, retry_transient:
         # Fenced first: once the cascade starts, a controller acting on a stale cache could make the
         # attempt's pods again (cluster/fence.py); the guard refuses them from here on.
         fence_best_effort(job.namespace, name)
+        _fence_workers(job, name)
         left = _delete_pass(job, name, unannotated_ok, stop, made, fresh.attempt)
         for wait in GONE_WAITS:  # a deleted TrainJob goes at once; the garbage collector takes its copy
             if not left:
@@ -127,6 +129,20 @@ def _worker_copies_pass(job: Job, name: str, unannotated_ok: bool, made: str) ->
         unannotated_ok=unannotated_ok,
         trainjob_uid=made,
     )
+
+
+def _fence_workers(job: Job, name: str) -> None:
+    """Under MultiKueue the attempt's pods are admitted by a worker's API server, not the manager's: each
+    worker the job's plan named (MultiKueue may have placed the attempt on any of them) gets the fence in the
+    job's namespace too, so a stale controller there cannot run a rank of the ended attempt again. A worker
+    that cannot be reached or refuses (lost, or credentials without deploy/multikueue's namespace rule) is
+    skipped with a log line: the end of an attempt does not wait for a cluster that may never come back."""
+    for worker in _workers(job):
+        try:
+            with on_cluster(worker):
+                fence_add(job.namespace, name)
+        except ClusterError as exc:
+            logger.warning("could not fence %s/%s on worker %s: %s", job.namespace, name, worker, exc)
 
 
 def _workers(job: Job) -> list[str]:

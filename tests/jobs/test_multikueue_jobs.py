@@ -23,6 +23,7 @@ from django.test import Client
 from kubernetes.client.rest import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
+from cluster.fence import FENCE_LABEL
 from dispatch_site import roles
 from dispatch_site.services import user_create
 from jobs.models import Execution
@@ -241,6 +242,25 @@ def test_a_job_on_a_multikueue_queue_runs_on_a_worker_with_its_runtime_copy_and_
     assert trainjob_or_none(manager, name) is None
     assert all(trainjob_or_none(kube, name) is None for kube in multikueue_planes.values())
     assert get_job(token, job_id)["state"] == "cancelled"
+    # The ended attempt is fenced where its pods ran, on the worker too: that worker's API server refuses a
+    # pod of it, whoever asks (a stale JobSet or Job controller there would be refused the same way).
+    refusal = _fenced_pod_refusal(on_worker, name)
+    assert f"the attempt {NAMESPACE}/{name} ended (fenced by dispatch" in refusal, refusal
+
+
+def _fenced_pod_refusal(kube: Kube, trainjob: str) -> str:
+    """The API server's answer to a server-side dry run of a pod of `trainjob`'s JobSet ("" if admitted)."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "fenced-", "labels": {FENCE_LABEL: trainjob}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "node", "image": "localhost/trainer:v1"}]},
+    }
+    try:
+        kube.core.create_namespaced_pod(NAMESPACE, pod, dry_run="All")
+    except ApiException as exc:
+        return str(exc.body)
+    return ""
 
 
 def _identities(
