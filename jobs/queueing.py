@@ -149,9 +149,17 @@ _BINARY_UNITS: Final = (
 )
 
 
+# Past this many digits a number is written with an exponent: no resource amount is that long, and Python
+# refuses to write an int of more than 4,300 digits (a request of "1e999999" passes the syntax).
+_PLAIN_DIGITS_MAX: Final = 30
+
+
 def format_quantity(value: Decimal) -> str:
     """A number as a Kubernetes quantity: "200m", "4", "64Mi", "16Gi" (binary units for whole multiples of
-    1024 from 1Ki up, millis for fractions)."""
+    1024 from 1Ki up, millis for fractions), "1e999999" for one too long to write out."""
+    if value.is_finite() and value != 0 and value.adjusted() >= _PLAIN_DIGITS_MAX:
+        sign, digits, exponent = value.normalize().as_tuple()
+        return f"{'-' if sign else ''}{''.join(map(str, digits))}e{exponent}"
     if value == value.to_integral_value():
         whole = int(value)
         for unit, size in _BINARY_UNITS:
