@@ -122,6 +122,7 @@ class CacheSource:
         self._site_domain = SiteSettings.load().label_domain
         self.resynced = self._refresh()
         self.flush()
+        self.workers.settle()
         self.workers.record()
 
     def due(self) -> list[Execution]:

@@ -93,6 +93,9 @@ class WorkerWatches:
         self._wanted: dict[int, _Wanted] = {}
         self._watched: dict[tuple[str, str], Watches] = {}
         self._recorded_at = 0.0
+        self._failing: set[tuple[str, str]] = (
+            set()
+        )  # (worker, namespace) whose watches failed at the last look
 
     # ---------------------------------------------------------------- which executions need which watches
 
@@ -183,6 +186,18 @@ class WorkerWatches:
         with self._lock:
             self._recorded_at = time.monotonic()
         return {worker: WorkerIndex(self, worker) for worker in workers}, errors
+
+    def settle(self) -> None:
+        """The executions of a worker whose watches began or stopped failing are due: a broken watch brings
+        no event, so without this they would keep their state until something else changed (the cache's
+        prepare, before each cycle)."""
+        with self._lock:
+            places = {place: list(watched.informers.values()) for place, watched in self._watched.items()}
+            failing = {place for place, informers in places.items() if any(i.error for i in informers)}
+            changed, self._failing = failing ^ self._failing, failing
+            pks = [pk for pk, w in self._wanted.items() if (w.worker, w.namespace) in changed]
+        if pks:
+            self._cache._due_again(pks)
 
     def record(self) -> None:
         """The health of every watched worker (WorkerRead), every RECORD_SECONDS at most: a quiet supervisor

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dispatch_site import roles
 from dispatch_site.services import user_create
-from jobs.models import Execution, Job
+from jobs.models import Execution, Job, WorkerRead
 from jobs.submission.cancel import execution_delete
 from jobs.submission.errors import TransientSubmitError
 from jobs.submission.leftovers import worker_leftovers_sweep
@@ -567,3 +567,54 @@ def test_a_rank_failing_on_a_worker_is_derived_from_the_supervisors_watch_of_tha
         finally:
             if job_id and Job.objects.get(pk=job_id).state != "failed":
                 _cancel(token, job_id)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_the_supervisor_cannot_watch_makes_its_job_unknown_naming_it_until_it_can_again(
+    manager: Kube,  # noqa: F811
+    multikueue_planes: dict[str, Kube],  # noqa: F811
+    token: str,
+    django_capture_on_commit_callbacks: Any,
+    settings: Any,
+    tmp_path: Any,
+) -> None:
+    """The supervisor's watches of the worker a job runs on fail (dispatch's credentials for it gone, its
+    watches opened again): the job goes `unknown` naming the worker, the worker's read is recorded failing
+    (the overview's worker health), and once the credentials are back the watches resume and the job runs
+    again."""
+    job_id = submit_job(token, _multi_body(), django_capture_on_commit_callbacks)
+    with watching(interval=0.5) as (source, _):
+        try:
+            execution = _admitted(
+                job_id,
+                lambda job, e: job.state == "running" and len(e.pods_seen or {}) == 2,
+                "the job running on a worker",
+            )
+            worker = execution.cluster
+            settings.WORKER_KUBECONFIG_DIR = str(tmp_path)  # no kubeconfig for any worker
+            for informer in [
+                i
+                for (w, _), ws in source.workers._watched.items()
+                if w == worker
+                for i in ws.informers.values()
+            ]:
+                informer.relist_now()
+            # (Closed, the watches read as failing at once, "Response ended prematurely"; then for want of
+            # credentials, which the worker's recorded read says.)
+            unknown = _admitted(
+                job_id,
+                lambda job, e: (
+                    job.state == "unknown" and "no credentials" in WorkerRead.objects.get(name=worker).error
+                ),
+                f"the job unknown, {worker} unread",
+            )
+            message = Job.objects.get(pk=job_id).message  # the job's: it keeps the execution's last state
+            assert f"the cluster could not be read: {worker}: " in message, message
+            assert unknown.state == "running"
+            assert WorkerRead.objects.get(name=worker).failed_at is not None
+            settings.WORKER_KUBECONFIG_DIR = str(STATE / "workers")
+            _admitted(
+                job_id, lambda job, e: job.state == "running", f"the job running again, {worker} watched"
+            )
+        finally:
+            _cancel(token, job_id)
