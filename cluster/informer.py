@@ -13,7 +13,8 @@ last state seen; a re-list reports what it finds changed).
 
 Reads that fail are kept as `error` (e.g. "Pods in team-a (watch): forbidden"), so a caller can say which
 read failed and go on with the others; `error` clears once a list or watch works again. Each informer runs
-in a thread of its own; `stop()` closes its watch at once and drops its objects.
+in a thread of its own, on one cluster (`cluster`: the manager, or a MultiKueue worker by name:
+cluster.where); `stop()` closes its watch at once and drops its objects.
 
 The module knows nothing of jobs: what to keep of an object (`trim`), which objects to keep (`keep`) and the
 indices are the caller's.
@@ -34,6 +35,7 @@ from kubernetes import client
 from cluster import gateway
 from cluster.client import api_client
 from cluster.errors import ClusterError, ClusterUnavailable, Expired
+from cluster.where import cluster_label, current_cluster, on_cluster
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +56,7 @@ RETRY_MAX_SECONDS = 30.0  # a refusal (403, a missing kind): nothing changes unt
 UNAVAILABLE_RETRY_MAX_SECONDS = 3.0
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=32)
 def _watch_client(kubeconfig_client_id: int) -> client.ApiClient:
     del kubeconfig_client_id  # the cache key: one watch client per configuration
     configuration = copy.deepcopy(api_client().configuration)
@@ -63,8 +65,8 @@ def _watch_client(kubeconfig_client_id: int) -> client.ApiClient:
 
 
 def watch_client() -> client.ApiClient:
-    """A client of its own for watches: each holds a connection for minutes, which must not take the pool
-    that requests share."""
+    """A client of its own for watches, per cluster (the one the call path is on: cluster.where): each holds
+    a connection for minutes, which must not take the pool that requests share."""
     return _watch_client(id(api_client()))
 
 
@@ -93,8 +95,12 @@ class Informer:
         on_synced: Callable[[], None] | None = None,
         relist_seconds: float = RELIST_SECONDS,
         watch_seconds: int = WATCH_SECONDS,
+        cluster: str | None = None,
     ) -> None:
         self.resource = resource
+        # The cluster it reads (cluster.where): the one the caller is on unless named. Its threads start on
+        # the manager (a ContextVar), so each enters on_cluster(cluster) itself.
+        self.cluster = current_cluster() if cluster is None else cluster
         self.namespace = namespace
         self.label_selector = label_selector
         self.field_selector = field_selector
@@ -123,7 +129,7 @@ class Informer:
     @property
     def name(self) -> str:
         selector = f" [{self.label_selector}]" if self.label_selector else ""
-        return f"{self.resource.what(self.namespace)}{selector}"
+        return f"{cluster_label(self.cluster)}{self.resource.what(self.namespace)}{selector}"
 
     # ---------------------------------------------------------------- reading the copy
 
@@ -188,6 +194,10 @@ class Informer:
         return len(gone)
 
     def _run(self) -> None:
+        with on_cluster(self.cluster):
+            self._loop()
+
+    def _loop(self) -> None:
         wait = 1.0
         while not self._stop.is_set():
             try:
@@ -266,6 +276,10 @@ class Informer:
 
     def _relist(self) -> None:
         """The periodic re-list, beside the watch: objects the watch touched meanwhile keep its word."""
+        with on_cluster(self.cluster):
+            self._relist_on_cluster()
+
+    def _relist_on_cluster(self) -> None:
         try:
             with self._lock:
                 self._touched = set()

@@ -109,7 +109,7 @@ def supervisor_main(fault: str) -> None:
 
     from cluster import gateway
     from jobs.management.commands.supervise import _rss_kib
-    from jobs.supervision import cache as cache_module
+    from jobs.supervision import worker_watch as watch_module  # builds the informers (TRIMS, trim_event)
     from jobs.supervision.cache import CacheSource
     from jobs.supervision.watch import run_forever
 
@@ -135,11 +135,11 @@ def supervisor_main(fault: str) -> None:
 
         CacheSource.wait = sleepy  # type: ignore[method-assign]
     elif fault == "untrimmed":
-        for kind in list(cache_module.TRIMS):
-            cache_module.TRIMS[kind] = lambda obj: dict(obj)
+        for kind in list(watch_module.TRIMS):
+            watch_module.TRIMS[kind] = lambda obj: dict(obj)
         CacheSource._keep_event = lambda self, event: True  # type: ignore[method-assign]
         CacheSource._keeper = lambda self, domain: lambda obj: True  # type: ignore[method-assign]
-        cache_module.trim_event = lambda event: dict(event)
+        watch_module.trim_event = lambda event: dict(event)
     stop = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     signal.signal(signal.SIGINT, lambda *_: stop.update(now=True))

@@ -13,7 +13,9 @@ copy). A quiet cycle derives nothing and makes no API call. Executions are track
 incrementally: new rows (a higher pk) and rows not yet submitted are read each cycle, the whole active set
 every RESYNC_SECONDS. A finished execution leaves the cache: it is untracked, its objects are dropped (and
 kept out on a re-list), and a namespace without active executions stops being watched. What is kept of each
-object, trimmed, is jobs.supervision.trim.
+object, trimmed, is jobs.supervision.trim. Under MultiKueue, the JobSets, Jobs, pods and Events of an
+execution admitted to a worker are watched on that worker (jobs.supervision.worker_watch); its TrainJob and
+Workload here.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -30,25 +32,23 @@ from django.db.models import Q
 from django.utils import timezone
 
 from cluster import gateway, kueue
-from cluster.informer import DELETED, Informer, uid_of
+from cluster.informer import DELETED, Informer
 from jobs.models import Execution, JobState, PodTombstone
 from jobs.supervision.apply import SUPERVISED
 from jobs.supervision.clock import observation_time
 from jobs.supervision.cycle import Observation, domain_of
-from jobs.supervision.grouping import EVENT, POD, WORKLOAD, involved, label_key, owner_uids
-from jobs.supervision.reads import LABELLED, is_dispatch_event, read_workers
+from jobs.supervision.grouping import EVENT, WORKLOAD, label_key, owner_uids
+from jobs.supervision.reads import is_dispatch_event
 from jobs.supervision.status import DerivedStatus
 from jobs.supervision.tombstones import TOMBSTONE_STATES, keep_tombstones
 from jobs.supervision.trim import (
-    TRIMS,
     Key,
     event_prefix,
-    job_index,
     key_of_trainjob_name,
-    trim_event,
     trim_workload,
     workload_key,
 )
+from jobs.supervision.worker_watch import Watches, WorkerWatches, purge, unique, watch_kinds
 from runtimes.models import SiteSettings
 
 logger = logging.getLogger(__name__)
@@ -68,16 +68,7 @@ class Tracked:
     trainjob_name: str
     domain: str
     queued: bool = False  # its plan names a Kueue queue: its namespace's Workloads are always watched
-
-
-@dataclass
-class _Namespace:
-    """The informers of one namespace: (kind, domain) for the labelled kinds, (Event, "") for its Events."""
-
-    informers: dict[tuple[str, str], Informer] = field(default_factory=dict)
-
-    def of(self, kind: str) -> list[Informer]:
-        return [i for (k, _), i in self.informers.items() if k == kind]
+    cluster: str = ""  # the MultiKueue worker it was admitted to (Execution.cluster), "" while none is known
 
 
 class CacheSource:
@@ -109,13 +100,14 @@ class CacheSource:
         self._resynced_at = 0.0
         self._dirty: set[Key] = set()
         self._recheck: dict[Key, datetime] = {}
-        self._namespaces: dict[str, _Namespace] = {}
+        self._namespaces: dict[str, Watches] = {}
         self._dead: list[tuple[int, dict[str, Any]]] = []
         self._finished: dict[Key, float] = {}
         self._unknown: set[Key] = set()  # keys seen on objects, neither tracked nor known finished
         self._site_domain = ""
         self._kueue_served = False  # kueue.installed() as the last refresh read it
         self.resynced = False
+        self.workers = WorkerWatches(self)  # the MultiKueue workers' watches (jobs.supervision.worker_watch)
 
     # ---------------------------------------------------------------- the Source protocol
 
@@ -130,6 +122,8 @@ class CacheSource:
         self._site_domain = SiteSettings.load().label_domain
         self.resynced = self._refresh()
         self.flush()
+        self.workers.settle()
+        self.workers.record()
 
     def due(self) -> list[Execution]:
         now = timezone.now()
@@ -153,6 +147,19 @@ class CacheSource:
         found = {e.pk for e in rows}
         for pk in set(pks) - found:
             self._untrack(pk)
+        # MultiKueue: an execution admitted to a worker is derived from that worker's watches; while they
+        # are at their first list it waits (due again once they are in: WorkerWatches._synced).
+        held: list[Execution] = []
+        for e in rows:
+            if e.cluster:
+                domain = domain_of(e, self._site_domain)
+                self.workers.want(e.pk, e.cluster, e.job.namespace, domain, (e.job_id, e.attempt))
+                if self.workers.listing(e.cluster, e.job.namespace):
+                    held.append(e)
+        if held:
+            with self._lock:
+                self._dirty.update((e.job_id, e.attempt) for e in held)
+            rows = [e for e in rows if e not in held]
         return sorted(rows, key=lambda e: e.pk)
 
     def observe(self, executions: Sequence[Execution]) -> Observation:
@@ -170,9 +177,8 @@ class CacheSource:
                     errors.setdefault(namespace, {})[kind] = informer.error
                 elif not informer.synced.is_set():
                     waiting.add(namespace)
-        # MultiKueue: the executions admitted to a worker are read there by list calls each cycle (no worker
-        # informers yet), as the beat's cycle reads them.
-        workers, worker_errors = read_workers(executions, domain_of=lambda e: domain_of(e, self._site_domain))
+        # MultiKueue: the executions admitted to a worker are derived from its watches (no list call).
+        workers, worker_errors = self.workers.observe(executions)
         return Observation(
             source=self,
             read_at=read_at,
@@ -201,6 +207,10 @@ class CacheSource:
         if not supervised:
             self._untrack(execution.pk)
             return
+        if status is not None and status.cluster and execution.pk in self._tracked:
+            # Just admitted to a MultiKueue worker (the Workload's clusterName): watch it there from now.
+            domain = domain_of(execution, self._site_domain)
+            self.workers.want(execution.pk, status.cluster, execution.job.namespace, domain, key)
         with self._lock:
             if status is None:
                 self._dirty.add(key)  # not judged this time (reads failed, not ready): again next cycle
@@ -217,19 +227,19 @@ class CacheSource:
             return watched.of(kind) if watched else []
 
     def named(self, kind: str, namespace: str, name: str) -> list[Mapping[str, Any]]:
-        return _unique(i.by_index("name", name) for i in self._informers(namespace, kind))
+        return unique(i.by_index("name", name) for i in self._informers(namespace, kind))
 
     def owned_by(self, kind: str, namespace: str, owner_uid: str) -> list[Mapping[str, Any]]:
-        return _unique(i.by_index("owner", owner_uid) for i in self._informers(namespace, kind))
+        return unique(i.by_index("owner", owner_uid) for i in self._informers(namespace, kind))
 
     def events_about(self, namespace: str, uid: str) -> list[Mapping[str, Any]]:
-        return _unique(i.by_index("involved", uid) for i in self._informers(namespace, EVENT))
+        return unique(i.by_index("involved", uid) for i in self._informers(namespace, EVENT))
 
     def events_named(self, namespace: str, name_prefix: str) -> list[Mapping[str, Any]]:
-        return _unique(i.by_index("prefix", name_prefix) for i in self._informers(namespace, EVENT))
+        return unique(i.by_index("prefix", name_prefix) for i in self._informers(namespace, EVENT))
 
     def events_of_pod(self, namespace: str, name: str) -> list[Mapping[str, Any]]:
-        return _unique(i.by_index("pod", name) for i in self._informers(namespace, EVENT))
+        return unique(i.by_index("pod", name) for i in self._informers(namespace, EVENT))
 
     def labelled(self, kind: str, domain: str, job_id: str, attempt: int) -> list[Mapping[str, Any]]:
         with self._lock:
@@ -238,7 +248,7 @@ class CacheSource:
                 for ns in self._namespaces.values()
                 if (kind, domain) in ns.informers
             ]
-        return _unique(i.by_index("job", f"{job_id}/{attempt}") for i in informers)
+        return unique(i.by_index("job", f"{job_id}/{attempt}") for i in informers)
 
     # ---------------------------------------------------------------- the supervisor loop
 
@@ -263,17 +273,17 @@ class CacheSource:
         with self._lock:
             namespaces, self._namespaces = self._namespaces, {}
         for watched in namespaces.values():
-            for informer in watched.informers.values():
-                informer.stop()
+            watched.stop()
+        self.workers.close()
 
     def informer_count(self) -> int:
         with self._lock:
-            return sum(len(ns.informers) for ns in self._namespaces.values())
+            return sum(len(ns.informers) for ns in self._namespaces.values()) + self.workers.informer_count()
 
     def cached_objects(self) -> int:
         with self._lock:
             informers = [i for ns in self._namespaces.values() for i in ns.informers.values()]
-        return sum(len(i) for i in informers)
+        return sum(len(i) for i in informers) + self.workers.cached_objects()
 
     # ---------------------------------------------------------------- tracking (database -> cache)
 
@@ -291,6 +301,7 @@ class CacheSource:
             "job__label_domain",
             "job__current_attempt",
             "job__plan__queue",
+            "cluster",
         )
         if full:
             rows = list(
@@ -309,8 +320,23 @@ class CacheSource:
         # Whether Kueue is served, asked here, outside the cache's lock (one discovery GET at most a minute);
         # a namespace where no job names a queue watches Workloads only when it is.
         self._kueue_served = kueue.installed()
-        for pk, job_id, attempt, name, state, submitted, job_state, namespace, domain, current, queue in rows:
-            item = Tracked(pk, (job_id, attempt), namespace, name, domain or self._site_domain, bool(queue))
+        for row in rows:
+            (
+                pk,
+                job_id,
+                attempt,
+                name,
+                state,
+                submitted,
+                job_state,
+                namespace,
+                domain,
+                current,
+                queue,
+                worker,
+            ) = row
+            domain = domain or self._site_domain
+            item = Tracked(pk, (job_id, attempt), namespace, name, domain, bool(queue), worker or "")
             self._max_pk = max(self._max_pk, pk)
             if current > attempt:  # a later attempt took over
                 self._unsubmitted.discard(pk)
@@ -370,7 +396,8 @@ class CacheSource:
                 self._finished[key] = now
             namespaces = list(self._namespaces.values())
         for watched in namespaces:
-            _purge(watched, ended)
+            purge(watched, ended)
+        self.workers.purge(ended)
 
     def _expect(self, item: Tracked) -> None:
         """Watch for an execution being started (see _starting)."""
@@ -389,6 +416,7 @@ class CacheSource:
                 return
             self._starting_keys.pop(item.key, None)
             still = self._release_namespace(item.namespace)
+        self.workers.release(pk)
         if not still:
             self._stop_namespace(item.namespace)
 
@@ -406,6 +434,8 @@ class CacheSource:
             self._finished.pop(item.key, None)
             self._dirty.add(item.key)
             self._watch(item.namespace, item.domain, queued=item.queued)
+            if item.cluster:  # admitted to a MultiKueue worker: its objects there are watched too
+                self.workers.want(item.pk, item.cluster, item.namespace, item.domain, item.key)
 
     def _untrack(self, pk: int) -> None:
         with self._lock:
@@ -418,13 +448,14 @@ class CacheSource:
             self._finished[item.key] = time.monotonic()
             watched = self._namespaces.get(item.namespace)
             still = self._release_namespace(item.namespace)
+        self.workers.release(pk)
         if watched is None:
             return
         if not still:
             self._stop_namespace(item.namespace)
             return
         # The namespace stays watched for its other executions: this one's objects leave the copy.
-        _purge(watched, [item.key])
+        purge(watched, [item.key])
 
     def _release_namespace(self, namespace: str) -> int:
         """An execution (tracked or starting) of the namespace no longer needs its watches: how many still do.
@@ -461,34 +492,15 @@ class CacheSource:
         with self._lock:
             watched = self._namespaces.pop(namespace, None)
         if watched is not None:
-            for informer in watched.informers.values():
-                informer.stop()
+            watched.stop()
 
     # ---------------------------------------------------------------- informers (cache <- watches)
 
     def _watch(self, namespace: str, domain: str, *, queued: bool) -> None:
         """Informers for the namespace's Events, its Workloads (when the job names a queue, or Kueue is
         served) and, for `domain`, its labelled kinds (lock held: no network call here)."""
-        watched = self._namespaces.setdefault(namespace, _Namespace())
-        if (EVENT, "") not in watched.informers:
-            watched.informers[(EVENT, "")] = self._informer(
-                gateway.EVENTS,
-                namespace,
-                trim=trim_event,
-                keep=self._keep_event,
-                indexers={
-                    "involved": lambda e: [str(involved(e).get("uid") or "")],
-                    # events_named: only Events without the UID of their object
-                    "prefix": lambda e: [] if involved(e).get("uid") else [event_prefix(e) or ""],
-                    "trainjob": lambda e: [event_prefix(e) or ""],
-                    "pod": lambda e: (
-                        [str(involved(e).get("name") or "")] if involved(e).get("kind") == POD else []
-                    ),
-                },
-                on_change=self._event_changed(namespace),
-                on_synced=self._synced(namespace),
-                relist_seconds=self.relist_seconds,
-            ).start()
+        watched = self._namespaces.setdefault(namespace, Watches())
+        watch_kinds(self, watched, namespace, domain, cluster="", on_synced=self._synced(namespace))
         # A job that names a queue has a Workload whatever this process remembers of Kueue (a 404 from before
         # Kueue was installed, a discovery call that failed): its namespace's Workloads are watched, and an
         # informer that cannot list them says so on the job.
@@ -508,26 +520,16 @@ class CacheSource:
                 on_change=self._workload_changed,
                 on_synced=self._synced(namespace),
                 relist_seconds=self.relist_seconds,
+                cluster="",
             ).start()
-        for kind, resource in LABELLED.items():
-            if (kind, domain) in watched.informers:
-                continue
-            watched.informers[(kind, domain)] = self._informer(
-                resource,
-                namespace,
-                label_selector=f"{domain}/job",
-                trim=TRIMS[kind],
-                keep=self._keeper(domain),
-                indexers={
-                    "name": lambda o: [str((o.get("metadata") or {}).get("name") or "")],
-                    "owner": owner_uids,
-                    "job": job_index(domain),
-                },
-                on_change=self._changed(domain),
-                on_delete=self._pod_deleted(domain) if kind == POD else None,
-                on_synced=self._synced(namespace),
-                relist_seconds=self.relist_seconds,
-            ).start()
+
+    def _due_again(self, pks: Iterable[int]) -> None:
+        """These executions are due at the next cycle (their worker's watches just listed)."""
+        with self._lock:
+            keys = [self._tracked[pk].key for pk in pks if pk in self._tracked]
+            self._dirty.update(keys)
+        if keys:
+            self.wake.set()
 
     def _synced(self, namespace: str) -> Callable[[], None]:
         """An informer of the namespace has its first list: the namespace's executions are due again. A cycle
@@ -594,25 +596,3 @@ class CacheSource:
                     self._dead.append((pk, pod))
 
         return deleted
-
-
-def _purge(watched: _Namespace, keys: Iterable[Key]) -> None:
-    """The objects of these executions leave the namespace's copy (by index: no scan of the copy)."""
-    for job_id, attempt in keys:
-        for (kind, _), informer in list(watched.informers.items()):
-            if kind == EVENT:
-                informer.purge_indexed("trainjob", f"{job_id}-{attempt}")
-            else:
-                informer.purge_indexed("job", f"{job_id}/{attempt}")
-
-
-def _unique(groups: Iterable[list[Any]]) -> list[Any]:
-    out: list[Any] = []
-    seen: set[str] = set()
-    for group in groups:
-        for obj in group:
-            uid = uid_of(obj)
-            if uid not in seen:
-                seen.add(uid)
-                out.append(obj)
-    return out

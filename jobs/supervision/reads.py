@@ -3,9 +3,11 @@ beat's, and the reads the watch does not cover) and what the MultiKueue workers 
 
 Under MultiKueue a TrainJob's JobSet, Jobs, pods and their Events exist only on the worker its Workload was
 admitted to (Workload.status.clusterName, kept as Execution.cluster); the TrainJob and the Workload stay on
-the manager. Each (worker, namespace) that has a supervised execution is read by the same list calls as a
-namespace here, through dispatch's own credentials for that worker (cluster.where.on_cluster), and kept
-apart: a worker that cannot be read makes only its own executions unknown, with the worker named."""
+the manager. In the beat's cycle each (worker, namespace) that has a supervised execution is read by the same
+list calls as a namespace here, through dispatch's own credentials for that worker (cluster.where.on_cluster),
+and kept apart: a worker that cannot be read makes only its own executions unknown, with the worker named.
+The supervisor process watches the workers instead (jobs.supervision.worker_watch) and records their health
+with record_worker_reads as well."""
 
 from __future__ import annotations
 

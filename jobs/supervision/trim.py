@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from jobs.naming import KUEUE_MARK, trainjob_name_prefix
+from jobs.naming import KUEUE_MARK, PREBUILT_WORKLOAD, trainjob_name_prefix
 from jobs.podresources import compute_resources
 from jobs.supervision.grouping import involved, label_key
 
@@ -87,9 +87,11 @@ def trim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def trim_owned(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A TrainJob, JobSet or Job: what status derivation reads (spec.suspend, the status)."""
+    """A TrainJob, JobSet or Job: what status derivation reads (spec.suspend, the status); of a TrainJob,
+    also MultiKueue's prebuilt-workload annotation (on a worker's copy: grouping.worker_copy)."""
     spec = obj.get("spec") or {}
-    kept: dict[str, Any] = {"kind": obj.get("kind"), "metadata": _meta(obj)}
+    notes = (PREBUILT_WORKLOAD,) if obj.get("kind") == "TrainJob" else ()
+    kept: dict[str, Any] = {"kind": obj.get("kind"), "metadata": _meta(obj, annotations=notes)}
     kept["status"] = obj.get("status") or {}
     if "suspend" in spec:
         kept["spec"] = {"suspend": spec["suspend"]}

@@ -13,7 +13,9 @@ happened on the workers is read with the tests' own clients of each plane, never
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
+import threading
 import time
 import uuid
 from typing import Any
@@ -26,12 +28,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from cluster.fence import FENCE_LABEL
 from dispatch_site import roles
 from dispatch_site.services import user_create
-from jobs.models import Execution
+from jobs.models import Execution, Job, WorkerRead
 from jobs.submission.cancel import execution_delete
 from jobs.submission.errors import TransientSubmitError
 from jobs.submission.leftovers import worker_leftovers_sweep
 from jobs.supervision import cycle
 from runtimes.models import AllowListEntry
+from tests.jobs.supervision.support import _evict, watching
 from tests.scripts.test_multikueue_planes import (  # noqa: F401 (fixtures)
     NAMESPACE,
     QUEUE,
@@ -459,3 +462,256 @@ def test_a_session_on_a_multikueue_queue_runs_echo_on_its_workers_trainer_pod_an
         assert _running_pods(on_worker, name) == []
     finally:
         delete_everywhere(manager, multikueue_planes, name)
+
+
+# ---------------------------------------------------------------- the supervisor's watches of the workers
+
+
+class _ListSpy:
+    """Every list call through the gateway, with the cluster it went to (cluster.where) and whether an
+    informer's thread made it (its first list, a 410, a periodic re-list) or a cycle did."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from cluster import gateway
+        from cluster.where import current_cluster
+
+        self.calls: list[tuple[str, str, bool]] = []  # (cluster, kind, by an informer)
+        self._lock = threading.Lock()
+        real = gateway.list_objects
+
+        def spied(resource: Any, namespace: Any, **kwargs: Any) -> Any:
+            name = threading.current_thread().name
+            with self._lock:
+                self.calls.append(
+                    (current_cluster(), resource.kind, name.startswith(("informer ", "relist ")))
+                )
+            return real(resource, namespace, **kwargs)
+
+        monkeypatch.setattr(gateway, "list_objects", spied)
+
+    def mark(self) -> int:
+        with self._lock:
+            return len(self.calls)
+
+    def on(self, cluster: str, *, since: int = 0, by_informer: bool) -> list[str]:
+        with self._lock:
+            return [
+                kind for c, kind, informer in self.calls[since:] if c == cluster and informer == by_informer
+            ]
+
+
+def _admitted(job_id: str, predicate: Any, what: str, timeout: float = 240) -> Execution:
+    """The job's current execution once it names its worker and satisfies `predicate` (the supervisor, in its
+    thread, does the work)."""
+
+    def probe() -> Execution | None:
+        job = Job.objects.get(pk=job_id)
+        execution = Execution.objects.filter(job_id=job_id, attempt=job.current_attempt).first()
+        return (
+            execution if execution is not None and execution.cluster and predicate(job, execution) else None
+        )
+
+    def state() -> Any:
+        job = Job.objects.get(pk=job_id)
+        return (
+            job.state,
+            [
+                (e.attempt, e.state, e.cause, e.cluster, len(e.pods_seen or {}), e.message[:200])
+                for e in Execution.objects.filter(job_id=job_id).order_by("attempt")
+            ],
+        )
+
+    found: Execution = wait_for(what, probe, timeout=timeout, state=state)
+    return found
+
+
+def _cancel(token: str, job_id: str) -> None:
+    """The job cancelled and its current TrainJob deleted on the manager (quota back for the next test)."""
+    api_as(token).post(f"/api/v1/jobs/{job_id}/cancel")
+    job = Job.objects.get(pk=job_id)
+
+    def deleted() -> bool:
+        for pk in Execution.objects.filter(job_id=job_id, attempt__lte=job.current_attempt).values_list(
+            "pk", flat=True
+        ):
+            try:
+                execution_delete(execution_id=pk)
+            except TransientSubmitError:
+                return False
+        return True
+
+    with contextlib.suppress(Exception):
+        wait_for("the job's TrainJobs deleted", deleted, timeout=60)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_supervisor_watches_the_worker_a_job_runs_on_and_lists_nothing_there_once_synced(
+    manager: Kube,  # noqa: F811
+    multikueue_planes: dict[str, Kube],  # noqa: F811
+    token: str,
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`manage.py supervise` (the CacheSource): a job on `multi` runs on a worker and is derived from that
+    worker's watched objects, which its informers list on the worker (their threads on the worker's cluster);
+    once they are synced, cycles that derive the job make no list call at all, and a pod evicted on the worker
+    leaves its tombstone (the watch saw it deleted) as on the manager."""
+    from jobs.supervision import cache as cache_module
+
+    spy = _ListSpy(monkeypatch)
+    kept: list[dict[str, Any]] = []
+    real_keep = cache_module.keep_tombstones
+
+    def keep(dead: Any) -> None:
+        kept.extend(pod for _, pod in dead)
+        real_keep(dead)
+
+    monkeypatch.setattr(cache_module, "keep_tombstones", keep)
+    job_id = ""
+    with watching(interval=0.5) as (source, reports):
+        try:
+            job_id = submit_job(token, _multi_body(), django_capture_on_commit_callbacks)
+            execution = _admitted(
+                job_id,
+                lambda job, e: job.state == "running" and len(e.pods_seen or {}) == 2,
+                "the job running on a worker, its two rank pods seen",
+            )
+            worker = execution.cluster
+            name = f"{job_id}-{execution.attempt}"
+            running = _running_pods(multikueue_planes[worker], name)
+            assert {p["name"] for p in execution.pods_seen.values()} == {p.metadata.name for p in running}
+            assert _running_pods(manager, name) == []  # the pods exist on the worker only
+            # The worker's informers: Events, and per label domain its TrainJob copy, JobSets, Jobs and pods,
+            # each listed once on the worker by its own thread; no cycle listed anything there.
+            assert spy.on(worker, by_informer=False) == [], spy.calls
+            assert sorted(spy.on(worker, by_informer=True)) == sorted(
+                ["Event", "TrainJob", "JobSet", "Job", "Pod"]
+            ), spy.calls
+            assert source.workers.informer_count(worker) == 5
+            # Cycles that derive the job (made due by hand, as a change would) read nothing by list.
+            listed = spy.mark()
+
+            def derived_since(count: int) -> list[Any]:
+                return [r for r in reports.since(count) if r.derived]
+
+            for _ in range(3):
+                start = len(reports)
+                source._due_again([execution.pk])
+                busy = wait_for("a cycle deriving the job", functools.partial(derived_since, start))
+                assert all(r.lists == 0 for r in busy), busy
+            assert [c for c in spy.calls[listed:]] == [], spy.calls[listed:]
+            # A rank pod evicted on the worker: the watch keeps its last state as a tombstone.
+            victim = running[0]
+            _evict(multikueue_planes[worker], NAMESPACE, victim)
+            wait_for(
+                f"a tombstone of {victim.metadata.name} from {worker}",
+                lambda: any(p["metadata"]["uid"] == victim.metadata.uid for p in kept),
+                timeout=90,
+            )
+            ended = wait_for(
+                "the attempt ended evicted",
+                lambda: Execution.objects.filter(pk=execution.pk, state="failed").first(),
+                timeout=120,
+            )
+            assert ended.cause == "evicted", (ended.cause, ended.message, ended.evidence)
+        finally:
+            if job_id:
+                _cancel(token, job_id)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rank_failing_on_a_worker_is_derived_from_the_supervisors_watch_of_that_worker(
+    manager: Kube,  # noqa: F811
+    multikueue_planes: dict[str, Kube],  # noqa: F811
+    token: str,
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rank 1 exits with code 3 on the worker: the supervisor's cycles end the attempt app-error naming rank 1
+    and the code, from what the worker's watches brought (no cycle lists anything on the worker), and the
+    worker's watches stop once no supervised execution is left there."""
+    spy = _ListSpy(monkeypatch)
+    env = {"KWOK_EXIT_CODE": "3", "KWOK_FAIL_RANK": "1", "KWOK_RUN_DURATION": "8s"}
+    body = _multi_body(env=env, recovery_policy={"retry": {"evicted": 5}, "backoff_seconds": {"evicted": 0}})
+    job_id = ""
+    with watching(interval=0.5) as (source, _):
+        try:
+            job_id = submit_job(token, body, django_capture_on_commit_callbacks)
+            failed = _admitted(
+                job_id, lambda job, e: e.state == "failed", "the attempt failed on its worker", timeout=300
+            )
+            worker = failed.cluster
+            assert (failed.cause, failed.rank, failed.exit_code) == ("app-error", 1, 3), (
+                failed.cause,
+                failed.message,
+                failed.evidence,
+            )
+            assert "rank 1 exited with code 3" in failed.message, failed.message
+            # Its pods were the worker's: the evidence names a pod the worker's watch saw.
+            pods = {p["name"] for p in (failed.pods_seen or {}).values()}
+            assert pods and any(str(e.get("object", "")).split("/")[-1] in pods for e in failed.evidence), (
+                pods,
+                failed.evidence,
+            )
+            assert spy.on(worker, by_informer=True), spy.calls  # the worker's watches listed there
+            assert spy.on(worker, by_informer=False) == [], spy.calls  # and no cycle did
+            assert Job.objects.get(pk=job_id).state == "failed"
+            wait_for(
+                f"the watches of {worker} stopped (no supervised execution left there)",
+                lambda: source.workers.informer_count(worker) == 0,
+                timeout=90,
+            )
+        finally:
+            if job_id and Job.objects.get(pk=job_id).state != "failed":
+                _cancel(token, job_id)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_the_supervisor_cannot_watch_makes_its_job_unknown_naming_it_until_it_can_again(
+    manager: Kube,  # noqa: F811
+    multikueue_planes: dict[str, Kube],  # noqa: F811
+    token: str,
+    django_capture_on_commit_callbacks: Any,
+    settings: Any,
+    tmp_path: Any,
+) -> None:
+    """The supervisor's watches of the worker a job runs on fail (dispatch's credentials for it gone, its
+    watches opened again): the job goes `unknown` naming the worker, the worker's read is recorded failing
+    (the overview's worker health), and once the credentials are back the watches resume and the job runs
+    again."""
+    job_id = submit_job(token, _multi_body(), django_capture_on_commit_callbacks)
+    with watching(interval=0.5) as (source, _):
+        try:
+            execution = _admitted(
+                job_id,
+                lambda job, e: job.state == "running" and len(e.pods_seen or {}) == 2,
+                "the job running on a worker",
+            )
+            worker = execution.cluster
+            settings.WORKER_KUBECONFIG_DIR = str(tmp_path)  # no kubeconfig for any worker
+            for informer in [
+                i
+                for (w, _), ws in source.workers._watched.items()
+                if w == worker
+                for i in ws.informers.values()
+            ]:
+                informer.relist_now()
+            # (Closed, the watches read as failing at once, "Response ended prematurely"; then for want of
+            # credentials, which the worker's recorded read says.)
+            unknown = _admitted(
+                job_id,
+                lambda job, e: (
+                    job.state == "unknown" and "no credentials" in WorkerRead.objects.get(name=worker).error
+                ),
+                f"the job unknown, {worker} unread",
+            )
+            message = Job.objects.get(pk=job_id).message  # the job's: it keeps the execution's last state
+            assert f"the cluster could not be read: {worker}: " in message, message
+            assert unknown.state == "running"
+            assert WorkerRead.objects.get(name=worker).failed_at is not None
+            settings.WORKER_KUBECONFIG_DIR = str(STATE / "workers")
+            _admitted(
+                job_id, lambda job, e: job.state == "running", f"the job running again, {worker} watched"
+            )
+        finally:
+            _cancel(token, job_id)
