@@ -29,6 +29,10 @@ from cluster.reads import raw_list
 from dispatch_site.roles import namespaces_granted_to_anyone
 
 MANAGED_LABEL: Final = "dispatch.dev/managed"
+# Set by the guard's MutatingAdmissionPolicy (deploy/guard/kueue.yaml, policy 4) on a dispatch TrainJob the
+# first time Kueue resumes it: the cluster's mark, not dispatch's content (jobs.objects leaves it out of
+# adoption).
+RESUMED_ANNOTATION: Final = "guard.dispatch.dev/resumed"
 MANAGED_SELECTOR: Final = f"{MANAGED_LABEL}=true"
 
 

@@ -21,6 +21,7 @@ from typing import Any, Final
 from cluster import gateway
 from cluster.client import has_credentials
 from cluster.errors import AlreadyExists, ClusterUnavailable, Rejected
+from cluster.guard import RESUMED_ANNOTATION
 from cluster.where import on_cluster
 from dispatch_site.names import MANAGED_BY, MANAGED_BY_LABEL
 from jobs.naming import PREBUILT_WORKLOAD
@@ -78,9 +79,10 @@ def body_hash_key(label_domain: str) -> str:
 
 
 def _comparable(body: Mapping[str, Any], label_domain: str) -> dict[str, Any]:
-    """What dispatch wrote: the body without server-set fields, its own hash annotation, and the TrainJob
-    fields the server or Kueue own (spec.suspend, spec.managedBy at its default)."""
-    plain = without_server_fields(body, drop_annotations=(body_hash_key(label_domain),))
+    """What dispatch wrote: the body without server-set fields, its own hash annotation, the guard's mark
+    of a resumed TrainJob, and the TrainJob fields the server or Kueue own (spec.suspend, spec.managedBy at
+    its default)."""
+    plain = without_server_fields(body, drop_annotations=(body_hash_key(label_domain), RESUMED_ANNOTATION))
     if plain.get("kind") == TRAINJOB and isinstance(plain.get("spec"), Mapping):
         spec = dict(plain["spec"])
         spec.pop("suspend", None)

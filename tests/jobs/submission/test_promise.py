@@ -35,6 +35,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from cluster import gateway
+from cluster.guard import RESUMED_ANNOTATION
 from dispatch_site import roles
 from dispatch_site.services import user_create
 from jobs import enqueue
@@ -43,6 +44,7 @@ from jobs.spec import JobSpec
 from jobs.submission import claim, submit, sweeps
 from jobs.submission import start as starting
 from jobs.supervision import cycle
+from tests.support.cluster import KueueQueue
 from tests.support.dispatch import GROUP, VERSION, runtime_body, trainer_job, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
@@ -149,11 +151,11 @@ def _held_start(execution: Execution, holder: str = "chain-1") -> Delivery:
 
 
 def _submitted_and_killed_after_its_creates(
-    owner: User, namespace: str, monkeypatch: pytest.MonkeyPatch
+    owner: User, namespace: str, monkeypatch: pytest.MonkeyPatch, **extra: Any
 ) -> Execution:
     """A job submitted, and its start delivery killed right after its TrainJob create returned (before any
     bookkeeping): the runtime copy and the TrainJob exist, the job is still pending."""
-    execution = _submit(owner, namespace)
+    execution = _submit(owner, namespace, **extra)
     pause = Pause(monkeypatch, hold="TrainJob", kill_after="TrainJob")
     pause.go.set()
     first = _held_start(execution)
@@ -269,6 +271,38 @@ def test_a_redelivery_adopts_only_the_body_it_would_create(
     )
     assert again["metadata"]["uid"] == trainjob["metadata"]["uid"]
     # The adopted TrainJob's UID is the one recorded (the adoption's answer is the object).
+    assert Execution.objects.get(pk=execution.pk).trainjob_uid == trainjob["metadata"]["uid"]
+
+
+def test_a_redelivery_adopts_the_trainjob_kueue_resumed_under_the_guards_mark(
+    kube: Any,
+    kueue_queue: KueueQueue,
+    submitter: tuple[User, str],
+    namespaced_runtime: Callable[..., Any],
+    held_submits: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A delivery created the TrainJob on a Kueue queue and died before its bookkeeping; Kueue admitted and
+    resumed it, and the guard's MutatingAdmissionPolicy (deploy/guard/kueue.yaml, policy 4) marked it
+    resumed. The redelivery must adopt it: the mark is the cluster's, not a change to dispatch's body. Seen
+    in `make chaos` seed 1 at 5c08c8e: the Kueue wave's high job failed `config-error` ("its content differs
+    from what dispatch would create at metadata.annotations.guard.dispatch.dev/resumed")."""
+    namespace = kueue_queue.namespace
+    namespaced_runtime()
+    execution = _submitted_and_killed_after_its_creates(
+        submitter[0], namespace, monkeypatch, queue_name=kueue_queue.name
+    )
+
+    def marked() -> dict[str, Any] | None:
+        trainjob = kube.custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "trainjobs", execution.trainjob_name
+        )
+        return trainjob if (trainjob["metadata"].get("annotations") or {}).get(RESUMED_ANNOTATION) else None
+
+    trainjob = wait_for(marked, timeout=60, what="Kueue resuming the TrainJob under the guard's mark")
+    starting.execution_submit(execution_id=execution.pk, holder="chain-1")  # the broker redelivers it
+    job = Job.objects.get(pk=execution.job_id)
+    assert (job.state, job.cause) == (JobState.QUEUED, ""), job.message
     assert Execution.objects.get(pk=execution.pk).trainjob_uid == trainjob["metadata"]["uid"]
 
 

@@ -25,6 +25,7 @@ from django.test import Client, TestCase
 from kubernetes.client.rest import ApiException
 
 from cluster import kueue as cluster_kueue
+from cluster.guard import RESUMED_ANNOTATION
 from jobs.models import Execution, Job
 from jobs.supervision import cycle
 from runtimes.models import SiteSettings
@@ -405,7 +406,7 @@ def test_while_dispatch_sees_nothing_kueue_cannot_admit_a_preempted_attempt_agai
         recorder.stop()
 
 
-RESUMED = "guard.dispatch.dev/resumed"
+RESUMED = RESUMED_ANNOTATION
 
 
 def test_a_workload_made_again_without_its_eviction_history_cannot_resume_the_attempt(
