@@ -40,6 +40,7 @@ from jobs.supervision.status.model import (
     SUCCEEDED,
     TIMEOUT,
     TRAINJOB_GONE,
+    TRANSIENT_API_ERROR,
     UNKNOWN_FAILURE,
     Context,
     DerivedStatus,
@@ -391,6 +392,16 @@ def derive(
         creation = [
             e for e in events if e.reason == "TrainJobResourcesCreationFailed" and e.name == name_of(trainjob)
         ]
+        unanswered = [e for e in creation if TRANSIENT_API_ERROR.search(e.message)]
+        creation = [e for e in creation if e not in unanswered]  # the API server's outage, retried
+        if unanswered and not creation:
+            status.queued_reason = {
+                "reason": "awaiting-jobset",
+                "message": "the Trainer has not built the JobSet yet: the API server did not answer it "
+                f"({unanswered[-1].message}); it retries",
+                "since": meta_of(trainjob).get("creationTimestamp"),
+            }
+            return status
         if creation:
             latest = creation[-1]
             ev = [evidence_row(tj_ref, "event[TrainJobResourcesCreationFailed]", latest.message, latest.at)]

@@ -70,6 +70,22 @@ RUNTIME_NOT_FOUND: Final = re.compile(
     re.IGNORECASE,
 )
 
+# A controller's request that got no answer from the API server: Go's url.Error, `<Verb> "<url>": <cause>`
+# (dial tcp ... connection refused, EOF, i/o timeout, TLS handshake timeout), or the API server saying it
+# cannot serve now. The controller retries it with backoff; it is the API server's outage, never the job's
+# configuration (seen in `make chaos` seed 3: kube-apiserver killed for 15 s, and 11 jobs whose TrainJobs the
+# Trainer was building read `config-error` from "applying runtime snapshot ConfigMap: Patch "https://...":
+# dial tcp ...: connect: connection refused").
+TRANSIENT_API_ERROR: Final = re.compile(
+    r'\b(?:get|post|put|patch|delete) "https?://[^"]*": |'
+    r"the server is currently unable to handle the request|"
+    r"the server was unable to return a response in the time allotted|"
+    r"the server has received too many requests|"
+    r"etcdserver: request timed out",
+    re.IGNORECASE,
+)
+
+
 # What a job whose TrainJob is not among the objects read says (jobs.supervision.cycle confirms it first).
 TRAINJOB_GONE = "the TrainJob is gone: it was deleted outside dispatch"
 

@@ -17,6 +17,7 @@ from jobs.supervision.status.model import (
     IMAGE_PULL_REASONS,
     NO_CAPACITY,
     RESTART_ATTEMPT,
+    TRANSIENT_API_ERROR,
     Context,
     DerivedStatus,
 )
@@ -121,6 +122,7 @@ def jobset_create_failures(
         and e.reason == "JobCreationFailed"
         and e.name == name
         and (not e.uid or not uid or e.uid == uid)
+        and not TRANSIENT_API_ERROR.search(e.message)  # the API server's outage: the controller retries
     ]
     if not streak:
         return

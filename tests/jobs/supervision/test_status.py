@@ -358,6 +358,37 @@ def test_a_preempted_rank_that_exited_0_is_evidence_and_a_warning_on_a_success()
     assert (plain.evidence, plain.warnings) == ([], [])
 
 
+# --- the Trainer's requests that the API server did not answer
+
+
+def test_a_trainer_whose_requests_got_no_answer_keeps_the_job_waiting_not_config_error() -> None:
+    """The API server was down while the Trainer built the TrainJob: its TrainJobResourcesCreationFailed
+    events carry Go's url.Error (`Patch "<url>": dial tcp ...: connection refused`), and it retries. An
+    outage, not the job's configuration: the job waits (awaiting-jobset, the Trainer's words shown), long
+    past the 15 s a real creation failure gets. Was: `config-error` 15 s after the first event (make chaos
+    seed 3 at 4459875: 11 jobs built during kube-apiserver's kill)."""
+    status = run("trainer-api-unreachable.yaml")
+    assert (status.state, status.cause, status.stop) == (st.QUEUED, None, False)
+    assert status.queued_reason["reason"] == "awaiting-jobset"
+    assert "the API server did not answer it" in status.queued_reason["message"]
+    assert "connection refused" in status.queued_reason["message"]
+
+
+def test_a_trainer_refused_by_the_api_server_is_still_a_configuration_error() -> None:
+    """The same event with an answer from the API server (RBAC refusing the snapshot) is the configuration's
+    fault: config-error after 15 s, as before."""
+    items = [dict(o) for o in objects("trainer-api-unreachable.yaml")]
+    items[1] = {
+        **items[1],
+        "note": "TrainJob resources reconciliation failed: creating runtime snapshot: applying runtime "
+        'snapshot ConfigMap: configmaps "jq7xk2mf4ab-1-runtime-snapshot" is forbidden: User '
+        '"system:serviceaccount:kubeflow-system:trainer" cannot patch resource "configmaps" in API group "" '
+        'in the namespace "team-a"',
+    }
+    status = derive(items, Context(now=LATER))
+    assert (status.state, status.cause, status.stop) == (st.FAILED, st.CONFIG_ERROR, True)
+
+
 # --- a JobSet that cannot create its Jobs
 
 
