@@ -31,8 +31,8 @@ from cluster.where import on_cluster
 from dispatch_site.causes import Cause
 from jobs import enqueue
 from jobs.models import Execution, Job, JobEvent, JobState
-from jobs.naming import PREBUILT_WORKLOAD, trainjob_name
-from jobs.objects import TRAINJOB, trainjob_stopped
+from jobs.naming import trainjob_name
+from jobs.objects import TRAINJOB, is_worker_copy, trainjob_stopped
 from jobs.supervision.apply import RETRY_BACKOFF, finding_key
 from jobs.supervision.status import condense_pod
 from jobs.supervision.status.identity import ended_attempt_findings
@@ -166,7 +166,7 @@ def _record_late_pods(job: Job, ended: Execution, pods: list[dict[str, Any]], do
     if not new:
         return
     try:
-        new = _of_trainjob(ended, job.namespace, new)
+        new = _of_trainjob(ended, job.namespace, domain, new)
     except ClusterError:
         return  # the next cycle looks again
     findings = ended_attempt_findings(
@@ -180,14 +180,16 @@ def _record_late_pods(job: Job, ended: Execution, pods: list[dict[str, Any]], do
         _write_findings(job.pk, ended.pk, findings)
 
 
-def _of_trainjob(ended: Execution, namespace: str, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _of_trainjob(
+    ended: Execution, namespace: str, domain: str, pods: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """The pods whose owner chain leads to the TrainJob the start recorded: Pod -> Job (by UID) -> JobSet
     (by UID) -> TrainJob (the recorded UID). A name or a label alone is not enough (anyone who may create a
     pod can copy them). Executions from before the UID was recorded go by name."""
     if not ended.trainjob_uid:
         return pods
     name = ended.trainjob_name
-    root = _root_uid(ended, namespace)
+    root = _root_uid(ended, namespace, domain)
     jobsets = gateway.list_objects(gateway.JOBSETS, namespace, field_selector=f"metadata.name={name}").items
     jobset_uids = {
         str(js["metadata"].get("uid"))
@@ -209,10 +211,10 @@ def _of_trainjob(ended: Execution, namespace: str, pods: list[dict[str, Any]]) -
     ]
 
 
-def _root_uid(ended: Execution, namespace: str) -> str:
+def _root_uid(ended: Execution, namespace: str, domain: str) -> str:
     """The UID of the TrainJob that A's pods belong to where they run: the one the start recorded, or on a
     MultiKueue worker its copy there, known by MultiKueue's prebuilt-workload annotation naming the
-    manager's Workload that the recorded TrainJob owns (grouping.worker_copy's rule). "" when none is."""
+    manager's Workload that the recorded TrainJob owns (jobs.objects.is_worker_copy). "" when none is."""
     if not ended.cluster:
         return ended.trainjob_uid
     with on_cluster(""):
@@ -223,8 +225,7 @@ def _root_uid(ended: Execution, namespace: str) -> str:
         if any(ref.get("uid") == ended.trainjob_uid for ref in w["metadata"].get("ownerReferences") or ())
     }
     copy = gateway.get_namespaced(TRAINJOB, namespace, ended.trainjob_name)
-    marks = ((copy or {}).get("metadata") or {}).get("annotations") or {}
-    if copy is None or marks.get(PREBUILT_WORKLOAD) not in names:
+    if copy is None or not is_worker_copy(copy, domain, ended.job_id, names):
         return ""
     return str(copy["metadata"].get("uid") or "")
 
