@@ -197,6 +197,12 @@ class Execution(models.Model):
                 condition=Q(usage_rolled_at__isnull=True, finished_at__isnull=False),
                 name="execution_usage_due",
             ),
+            # The deletes not done yet (the sweep's queue and /metrics' pending deletes): a few at any time.
+            models.Index(
+                fields=["delete_requested_at"],
+                condition=Q(delete_requested_at__isnull=False, objects_removed_at__isnull=True),
+                name="execution_delete_pending",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Count, F, Min, Q, QuerySet
 from django.db.models.fields.tuple_lookups import (  # type: ignore[import-untyped]
     Tuple,
     TupleGreaterThan,
@@ -183,3 +183,12 @@ def running_per_worker(jobs: QuerySet[Job] | None = None) -> dict[str, int]:
     if jobs is not None:
         running = running.filter(job__in=jobs)
     return dict(running.values_list("cluster").annotate(n=Count("pk")).values_list("cluster", "n"))
+
+
+def deletes_pending() -> tuple[int, datetime | None]:
+    """Attempts whose objects dispatch decided to remove and has not removed yet (the delete task and the
+    sweep still at it: a TrainJob waiting for its Trainer to stop it, a cluster that does not answer), and
+    when the oldest of them was asked for. One query on the partial index execution_delete_pending."""
+    pending = Execution.objects.filter(delete_requested_at__isnull=False, objects_removed_at__isnull=True)
+    figures = pending.aggregate(n=Count("pk"), oldest=Min("delete_requested_at"))
+    return int(figures["n"] or 0), figures["oldest"]

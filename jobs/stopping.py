@@ -71,6 +71,12 @@ class StopClock:
             now = self.rows.values_list("stop_accepted_at", flat=True).first() or now
         self.accepted_at = now
 
+    def waited_seconds(self) -> float:
+        """Seconds since the cluster first accepted the stop; 0 before it did."""
+        if self.accepted_at is None:
+            return 0.0
+        return max(0.0, (timezone.now() - self.accepted_at).total_seconds())
+
     def ran_out(self) -> bool:
         """The fallback: a stop was accepted STOP_WAIT_SECONDS ago and the Trainer still shows none."""
         if self.accepted_at is None:

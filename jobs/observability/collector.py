@@ -8,7 +8,11 @@
 - dispatch_worker_read_ok, dispatch_worker_last_read_age_seconds, dispatch_worker_jobs_running{cluster}:
   each MultiKueue worker as supervision last read it (jobs.models.WorkerRead): whether that read answered,
   since when it last did, and how many jobs run there;
-- dispatch_webhook_endpoints_disabled: endpoints disabled after repeated failures.
+- dispatch_webhook_endpoints_disabled: endpoints disabled after repeated failures;
+- dispatch_deletes_pending, dispatch_delete_oldest_pending_seconds: attempts whose objects dispatch decided
+  to remove and has not yet, and how long ago the oldest was asked for. A delete waits for the Trainer to stop
+  a TrainJob before it goes (jobs.stopping); a Trainer that renews its Lease but never acts keeps it waiting,
+  and this is the figure to alert on (the job's timeline also says `stop-stuck` after STOP_STUCK_SECONDS).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from prometheus_client.registry import Collector
 
 from jobs.models import Job, SupervisorCycle, WorkerRead
 from jobs.observability.models import JobCount, JobCountDelta, WebhookEndpoint
-from jobs.selectors import running_per_worker
+from jobs.selectors import deletes_pending, running_per_worker
 
 COMPACT_LOCK = 0x64_69_73_70_63_6E_74  # pg_advisory_xact_lock key of the compaction ("dispcnt")
 
@@ -108,6 +112,22 @@ class DatabaseCollector(Collector):
             [], WebhookEndpoint.objects.filter(active=False).exclude(disabled_reason="").count()
         )
         yield disabled
+        yield from delete_families(now)
+
+
+def delete_families(now: datetime) -> Iterable[GaugeMetricFamily]:
+    pending, oldest = deletes_pending()
+    count = GaugeMetricFamily(
+        "dispatch_deletes_pending",
+        "Attempts whose objects dispatch decided to remove and has not removed yet.",
+    )
+    count.add_metric([], float(pending))
+    age = GaugeMetricFamily(
+        "dispatch_delete_oldest_pending_seconds",
+        "Seconds since the oldest pending delete was asked for (0 when none is pending).",
+    )
+    age.add_metric([], max(0.0, (now - oldest).total_seconds()) if oldest is not None else 0.0)
+    return [count, age]
 
 
 def worker_families(now: datetime) -> Iterable[GaugeMetricFamily]:

@@ -77,7 +77,7 @@ def execution_objects_delete(job: Job, execution: Execution, *, retry_transient:
             raise TransientSubmitError(str(exc)) from exc
         return False
     if left or in_flight:
-        why = f"{', '.join(left)} still being deleted" if left else "a start delivery may still create them"
+        why = _why_left(left) if left else "a start delivery may still create them"
         if retry_transient:
             raise TransientSubmitError(f"the objects of {job.namespace}/{name} are not gone yet: {why}")
         return False
@@ -85,6 +85,14 @@ def execution_objects_delete(job: Job, execution: Execution, *, retry_transient:
         objects_removed_at=timezone.now()
     )
     return True
+
+
+def _why_left(left: list[str]) -> str:
+    """What keeps the objects, for the delete's retry and the timeline: a TrainJob whose stop has not shown is
+    waiting for the Trainer, not being deleted."""
+    deleting = [kind for kind in left if "(" not in kind]
+    waiting = [kind for kind in left if "(" in kind]
+    return "; ".join([*waiting, *([f"{', '.join(deleting)} still being deleted"] if deleting else [])])
 
 
 def _delete_pass(
@@ -101,8 +109,9 @@ def _delete_pass(
         trainjob, job.label_domain, job.id, unannotated_ok=unannotated_ok, trainjob_uid=made
     ):
         trainjob = None  # somebody else's object under our name: not ours to delete, nor to wait for
+    waiting = False  # the TrainJob is there, not being deleted: its stop has not shown yet
     if trainjob is not None:
-        trainjob_pass(job, trainjob, stop, attempt)
+        waiting = not trainjob_pass(job, trainjob, stop, attempt)
     copy = gateway.get_namespaced(TRAINING_RUNTIME, job.namespace, name)
     if copy is not None and not is_ours(
         copy, job.label_domain, job.id, unannotated_ok=unannotated_ok, trainjob_uid=made
@@ -110,7 +119,13 @@ def _delete_pass(
         copy = None
     if copy is not None and not _deleting(copy) and trainjob is None:
         gateway.delete_namespaced(TRAINING_RUNTIME, job.namespace, name)
-    left = [kind for kind, obj in ((TRAINJOB, trainjob), (TRAINING_RUNTIME, copy)) if obj is not None]
+    left = []
+    if trainjob is not None:
+        left.append(f"{TRAINJOB} (waiting for the Trainer to stop it)" if waiting else TRAINJOB)
+    if copy is not None:
+        left.append(
+            TRAINING_RUNTIME if trainjob is None or _deleting(copy) else f"{TRAINING_RUNTIME} (goes after it)"
+        )
     if trainjob is None:  # MultiKueue removes the workers' TrainJob once the manager's is gone
         left += _worker_copies_pass(job, name, unannotated_ok, made)
     return left
@@ -174,15 +189,24 @@ def trainjob_pass(job: Job, trainjob: dict[str, Any], stop: StopClock, attempt: 
     )
     name = str((trainjob.get("metadata") or {}).get("name") or "")
     if step.action == WAIT_TRAINER:
-        if not JobEvent.objects.filter(job=job, kind=STOP_WAITING, attempt=attempt).exists():
-            seen = step.look.seen if step.look else ""
-            job_event(
-                job,
-                STOP_WAITING,
-                f"not deleting TrainJob {job.namespace}/{name} yet: the Trainer is running ({seen}) and has "
-                "not stopped it; deleting it now would let the Trainer rebuild its JobSet",
-                attempt,
+        seen = step.look.seen if step.look else ""
+        _timeline_once(
+            job,
+            STOP_WAITING,
+            f"not deleting TrainJob {job.namespace}/{name} yet: the Trainer is running ({seen}) and has "
+            "not stopped it; deleting it now would let the Trainer rebuild its JobSet",
+            attempt,
+        )
+        waited = stop.waited_seconds()
+        if waited >= STOP_STUCK_SECONDS:
+            message = (
+                f"TrainJob {job.namespace}/{name} is still not stopped {int(waited)} s after the cluster "
+                f"accepted its stop, and the Trainer is running ({seen}): it renews its Lease but does not "
+                "act on the stop. Look at the Trainer controller (its logs, its rights on trainjobs/status); "
+                "the delete waits for it"
             )
+            if _timeline_once(job, STOP_STUCK, message, attempt):
+                logger.error("job %s attempt %s: %s", job.pk, attempt, message)
         return False
     if step.action != DELETE:
         return False
@@ -193,6 +217,24 @@ def trainjob_pass(job: Job, trainjob: dict[str, Any], stop: StopClock, attempt: 
 
 # The timeline entry of a delete that waits for a running Trainer to stop the TrainJob.
 STOP_WAITING = "stop-waiting"
+# ... and of one that has waited STOP_STUCK_SECONDS since the stop was accepted: the Trainer renews its Lease
+# yet does not act (it cannot write the TrainJob's status, say), which no wait will mend. The delete still
+# waits (deleting would let that Trainer rebuild the JobSet); someone has to look at the Trainer, so it is
+# logged as an error, and dispatch_delete_oldest_pending_seconds in /metrics keeps growing until it is done.
+STOP_STUCK = "stop-stuck"
+STOP_STUCK_SECONDS = 600.0
+
+
+def _timeline_once(job: Job, kind: str, message: str, attempt: int | None) -> bool:
+    """Write the timeline entry once per attempt, however many deliveries look at once: under the job's row
+    lock (the first lock every writer of a job takes). Whether this call wrote it."""
+    with transaction.atomic():
+        Job.objects.select_for_update().filter(pk=job.pk).values_list("pk", flat=True).first()
+        if JobEvent.objects.filter(job=job, kind=kind, attempt=attempt).exists():
+            return False
+        job_event(job, kind, message, attempt)
+    return True
+
 
 # How long a stale start delivery waits for the Trainer to stop a TrainJob it made before it deletes it: the
 # stop's wait, then a little for the Lease read, between looks of MADE_LOOK_SECONDS.

@@ -24,6 +24,7 @@ SCRAPE_TIME = {
     "dispatch_jobs",
     "dispatch_supervisor_lag_seconds",
     "dispatch_webhook_endpoints_disabled",
+    "dispatch_delete_oldest_pending_seconds",
     "dispatch_scrape_error",
 }
 SUFFIXES = ("_total", "_bucket", "_count", "_sum", "_created")

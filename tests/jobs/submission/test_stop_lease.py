@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
 
 from jobs import stopping
 from jobs.models import Execution, JobEvent
@@ -69,13 +71,16 @@ def _cancel(token: str, execution: Execution, capture: Any) -> None:
     assert lost, "the cancel sent no delete"
 
 
-def _deliver(execution: Execution, *, until: Any, seconds: float) -> bool:
+def _deliver(execution: Execution, *, until: Any, seconds: float, retries: list[str] | None = None) -> bool:
     """The delete task's deliveries (its retries, without their backoff) until `until()` or `seconds` ran
-    out; whether `until()` held."""
+    out; whether `until()` held. Each delivery's retry reason goes to `retries`."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        with suppress(TransientSubmitError):
+        try:
             cancel.execution_delete(execution_id=execution.pk)
+        except TransientSubmitError as exc:
+            if retries is not None:
+                retries.append(str(exc))
         if until():
             return True
         time.sleep(0.5)
@@ -186,15 +191,21 @@ def test_a_delete_waits_while_the_trainers_lease_is_renewed_and_goes_ahead_once_
     submitter: tuple[User, str],
     django_capture_on_commit_callbacks: Any,
     monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
 ) -> None:
     """A cancelled job's TrainJob is suspended (the stop is accepted) but the Trainer, running, does not
     show it Suspended (it cannot write that TrainJob's status). Before, once STOP_WAIT_SECONDS (shortened
     here to 2 s) passed the delete went ahead anyway, though a running Trainer would rebuild the JobSet of
     the TrainJob it still held. Now, while the Trainer's leader Lease is renewed, the delete keeps waiting
-    (many deliveries, no delete seen by the test's watch) and the job's timeline says so once. Then the
-    Trainer process stops (SIGSTOP: its Lease goes stale after 15 s plus the margin) and the delete goes
-    ahead: the test's watch sees the TrainJob deleted, suspended."""
+    (many deliveries, no delete seen by the test's watch), each retry says it waits for the Trainer (not
+    "still being deleted"), and the job's timeline says so once. Past STOP_STUCK_SECONDS (shortened to 6 s)
+    the wait escalates: `stop-stuck` once on the timeline, and /metrics shows the pending delete and its age
+    for on-call's alert. Then the Trainer process stops (SIGSTOP: its Lease goes stale after 15 s plus the
+    margin) and the delete goes ahead: the test's watch sees the TrainJob deleted, suspended, and /metrics no
+    longer counts it."""
     monkeypatch.setattr(stopping, "STOP_WAIT_SECONDS", 2.0)
+    monkeypatch.setattr(cancel, "STOP_STUCK_SECONDS", 6.0)
+    settings.METRICS_TOKEN = ""
     token = submitter[1]
     recorder = Recorder(kube, namespace).start(kinds=("TrainJob",))
     try:
@@ -202,22 +213,55 @@ def test_a_delete_waits_while_the_trainers_lease_is_renewed_and_goes_ahead_once_
         name = execution.trainjob_name
         with _trainer_cannot_write_status(kubeconfig, namespace, name):
             _cancel(token, execution, django_capture_on_commit_callbacks)
-            gone = _deliver(execution, until=lambda: bool(_deletes(recorder, name)), seconds=12)
+            retries: list[str] = []
+            gone = _deliver(
+                execution, until=lambda: bool(_deletes(recorder, name)), seconds=12, retries=retries
+            )
             assert not gone, "the TrainJob was deleted while the Trainer was running and had not stopped it"
             trainjob = kube.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainjobs", name)
             assert trainjob["spec"]["suspend"] is True and not _suspended_shown(trainjob)
-            waiting = [e for e in get_job(token, execution.job_id)["timeline"] if e["kind"] == "stop-waiting"]
+            assert retries and "TrainJob (waiting for the Trainer to stop it)" in retries[-1], retries[-1:]
+            assert not any("TrainJob still being deleted" in r for r in retries), retries
+            timeline = get_job(token, execution.job_id)["timeline"]
+            waiting = [e for e in timeline if e["kind"] == "stop-waiting"]
             assert len(waiting) == 1, waiting  # once, not once per delivery
             assert "the Trainer is running" in waiting[0]["message"], waiting[0]
             assert "kubeflow-system/trainer.kubeflow.org" in waiting[0]["message"], waiting[0]
+            stuck = [e for e in timeline if e["kind"] == "stop-stuck"]
+            assert len(stuck) == 1, stuck
+            assert "does not act on the stop" in stuck[0]["message"], stuck[0]
+            pending = _pending_deletes()
+            assert pending["dispatch_deletes_pending"] >= 1, pending
+            assert pending["dispatch_delete_oldest_pending_seconds"] >= 12, pending
             with paused("trainer"):  # the Trainer is down: its Lease is no longer renewed
                 gone = _deliver(execution, until=lambda: bool(_deletes(recorder, name)), seconds=60)
                 assert gone, "the TrainJob was never deleted after the Trainer's Lease went stale"
+                removed = _deliver(
+                    execution,
+                    until=lambda: Execution.objects.get(pk=execution.pk).objects_removed_at is not None,
+                    seconds=30,
+                )
+                assert removed, "the delete never finished"
     finally:
         recorder.stop()
     [last] = _deletes(recorder, name)[:1]
     assert last["spec"]["suspend"] is True
     assert JobEvent.objects.filter(job_id=execution.job_id, kind="stop-waiting").count() == 1
+    assert JobEvent.objects.filter(job_id=execution.job_id, kind="stop-stuck").count() == 1
+    assert _pending_deletes()["dispatch_deletes_pending"] == 0
+
+
+def _pending_deletes() -> dict[str, float]:
+    """The pending-delete figures as a scraper reads them from GET /metrics."""
+    response = Client().get("/metrics", REMOTE_ADDR="127.0.0.1")
+    assert response.status_code == 200, response.content
+    wanted = {"dispatch_deletes_pending", "dispatch_delete_oldest_pending_seconds"}
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(response.content.decode())
+        for sample in family.samples
+        if sample.name in wanted
+    }
 
 
 def test_a_trainjob_whose_runtime_copy_went_first_is_stopped_before_its_delete(
