@@ -22,6 +22,8 @@
    sections above run on the plane they always ran on; skipped, with the reason, where Kueue is not there.
 7. Usage (scripts/bench_usage.py): GET /api/v1/usage for 30 days over the daily rollup of 1,000,000 ended
    attempts (p95 < 300 ms), beside 1,000.
+8. MultiKueue (scripts/bench_multikueue.py): the supervisor's cycle with N executions admitted to each of two
+   workers / N on one, median of paired rounds (<= 2.2: the work doubles); recorded informer objects.
 Each target is judged on the median of its rounds where it has rounds (never the best round). The report
 is printed and written to var/bench/report.md (and as data to var/bench/report.json, which `python -m
 scripts.figures keep` keeps as the docs' figure file); it opens with what the figures were measured on (the
@@ -369,6 +371,7 @@ def main() -> int:
         bench_dashboard,
         bench_kueue,
         bench_metrics,
+        bench_multikueue,
         bench_rules,
         bench_sessions,
         bench_starts,
@@ -432,6 +435,15 @@ def main() -> int:
             bench_usage.targets,
         ),
         Section("Kueue", kueue_run, bench_kueue.report_lines, bench_kueue.targets),  # issue 19
+        Section(  # issue 35
+            "MultiKueue",
+            logged(
+                "multikueue: the supervisor's cycle, N executions on 1 worker / N on each of 2 ...",
+                bench_multikueue.run,
+            ),
+            bench_multikueue.report_lines,
+            bench_multikueue.targets,
+        ),
     ]
     body, outcomes, results = run_sections(sections)
     return write_report(body, outcomes, durability(results.get("submissions")), REPO / "var" / "bench")
