@@ -298,14 +298,21 @@ def _finding_events(job_id: str, execution: Execution, status: DerivedStatus) ->
 
 def _mark_unknown(execution: Execution, error: str, read_at: datetime | None = None) -> int:
     """The cluster could not be read: the job is `unknown`, keeping its last known state and since when.
-    Not over a status observed after `read_at` (another supervisor could read it)."""
+    Not over a status observed after `read_at` (another supervisor could read it). A job already unknown
+    gets the new reason when it changed (the manager answers again but its worker does not, say: the message
+    must name what cannot be read now), without another transition."""
     now = timezone.now()
+    message = f"the cluster could not be read: {error}"
     with transaction.atomic():
         job = Job.objects.select_for_update().filter(pk=execution.job_id).first()
-        if job is None or job.state not in (JobState.QUEUED, JobState.RUNNING):
+        if job is None or job.state not in (JobState.QUEUED, JobState.RUNNING, JobState.UNKNOWN):
             return 0
         observed = Execution.objects.filter(pk=execution.pk).values_list("observed_at", flat=True).first()
         if read_at is not None and observed is not None and observed > read_at:
+            return 0
+        if job.state == JobState.UNKNOWN:
+            if job.message != message:
+                Job.objects.filter(pk=job.pk, state=JobState.UNKNOWN).update(message=message, updated_at=now)
             return 0
         Job.objects.filter(pk=job.pk).update(
             state=JobState.UNKNOWN,
@@ -313,13 +320,13 @@ def _mark_unknown(execution: Execution, error: str, read_at: datetime | None = N
             unknown_since=now,
             state_changed_at=now,
             updated_at=now,
-            message=f"the cluster could not be read: {error}",
+            message=message,
         )
         _event(
             job.pk,
             execution.attempt,
             "transition",
-            f"the cluster could not be read: {error}",
+            message,
             from_state=job.state,
             to_state=JobState.UNKNOWN,
         )

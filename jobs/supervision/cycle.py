@@ -383,9 +383,7 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
             w.key: owned_objects(
                 observation.source,
                 w,
-                worker=observation.workers.get(w.cluster)
-                if w.cluster and w.key not in worker_unread
-                else None,
+                worker=_worker_of(observation, w, worker_unread),
             )
             for w in watched
         }
@@ -396,7 +394,9 @@ def _cycle(report: CycleReport, source: Source, keeper: LeaseKeeper) -> None:
     tombstones = _tombstones([e.pk for e in judged])
     dead = {w.key: [pod for _, pod in tombstones.get(e.pk, [])] for w, e in zip(watched, judged, strict=True)}
     for item in watched:
-        _add_events_of(groups[item.key], observation.source, item, _uids(dead[item.key]))
+        # A pod on a MultiKueue worker has its Events there, not on the manager.
+        where = _worker_of(observation, item, worker_unread) or observation.source
+        _add_events_of(groups[item.key], where, item, _uids(dead[item.key]))
     phase("tombstones")
     nodes, unread, node_errors = read_nodes(groups, watched, dead)
     phase("nodes")
@@ -510,6 +510,16 @@ def _gone_unconfirmed(
             logger.info("TrainJob %s/%s is not in the watch's copy yet", item.namespace, item.trainjob_name)
             unconfirmed.add(item.key)
     return unconfirmed
+
+
+def _worker_of(
+    observation: Observation, item: Watched, worker_unread: Mapping[tuple[str, int], str]
+) -> ObjectSource | None:
+    """What was read on the MultiKueue worker the execution runs on; None when it runs where dispatch
+    submitted it, or its worker could not be read this cycle."""
+    if not item.cluster or item.key in worker_unread:
+        return None
+    return observation.workers.get(item.cluster)
 
 
 def _add_events_of(grouped: Grouped, source: ObjectSource, item: Watched, uids: Iterable[str]) -> None:

@@ -701,7 +701,10 @@ def test_a_worker_the_supervisor_cannot_watch_makes_its_job_unknown_naming_it_un
             unknown = _admitted(
                 job_id,
                 lambda job, e: (
-                    job.state == "unknown" and "no credentials" in WorkerRead.objects.get(name=worker).error
+                    job.state == "unknown"
+                    and "no credentials" in WorkerRead.objects.get(name=worker).error
+                    # the reason it reads now, not the first one (the closed watch's)
+                    and "no credentials" in job.message
                 ),
                 f"the job unknown, {worker} unread",
             )

@@ -6,12 +6,14 @@
 - a pod evicted while its job is being started still reads evicted;
 - a pod evicted while the API server cannot be reached still reads evicted (the watches resume);
 - a job started while the supervisor waits is followed before its next period;
-- a TrainJob the watch has not delivered yet is not taken for one deleted outside dispatch.
+- a TrainJob the watch has not delivered yet is not taken for one deleted outside dispatch;
+- a write refused as older is derived again on the next cycle, with nothing new from the watches.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -23,9 +25,21 @@ from django.contrib.auth.models import User
 from cluster import gateway
 from cluster import kueue as cluster_kueue
 from jobs.models import Execution, Job, JobState, PodTombstone
+from jobs.supervision import cycle
+from jobs.supervision.apply import Applied
 from jobs.supervision.cache import CacheSource
 from scripts.chaoslib.proxy import Proxy
-from tests.jobs.supervision.support import _evict, _post, api, pods_of, running_pods, wait_job, watching
+from tests.jobs.supervision.support import (
+    Reports,
+    _evict,
+    _post,
+    api,
+    pods_of,
+    running_pods,
+    supervisor_process,
+    wait_job,
+    watching,
+)
 from tests.support.dispatch import wait_for
 
 pytestmark = [pytest.mark.cluster]
@@ -316,3 +330,42 @@ def test_a_trainjob_the_watch_has_not_delivered_yet_does_not_end_its_job(
         wait_job(
             job_id, lambda j: j.state == JobState.RUNNING, timeout=60, what="running once the watch caught up"
         )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_refused_as_older_is_derived_again_with_nothing_new_from_the_watches(
+    submitter: tuple[User, str], namespace: str, runtime_on: Any, monkeypatch: Any
+) -> None:
+    """Another supervisor wrote a newer observation while this one derived `running`: the write is refused
+    (apply.Applied.refused). The refusal is injected (wrapping the cycle's apply_status, for the first 6 s
+    of the job's running writes): two supervisors cannot be made to interleave so on demand. The pods keep
+    running and the watches bring nothing new after that, and the cache's full resync is set far out (600 s),
+    so only the mark a refusal leaves (CacheSource.derived: judged again next cycle) makes a later cycle
+    derive the execution again and write `running`."""
+    runtime_on(None)
+    token = submitter[1]
+    real_apply = cycle.apply_status
+    refusing: dict[str, float] = {}
+    refused: list[float] = []
+
+    def apply(*args: Any, **kwargs: Any) -> Any:
+        if kwargs["status"].state == JobState.RUNNING:
+            started = refusing.setdefault("at", time.monotonic())
+            if time.monotonic() - started < 6.0:
+                refused.append(time.monotonic())
+                return Applied(False, True, refused=True)
+        return real_apply(*args, **kwargs)
+
+    monkeypatch.setattr(cycle, "apply_status", apply)
+    source, reports = CacheSource(resync_seconds=600.0), Reports()
+    try:
+        with supervisor_process(source=source, on_cycle=reports, interval=0.5):
+            job_id = _post(token, namespace, {"KWOK_STAY_RUNNING": "1"})
+            wait_for(lambda: bool(refused), timeout=90, what="the first running write, refused")
+            job = wait_job(
+                job_id, lambda j: j.state == JobState.RUNNING, timeout=30, what="running after all"
+            )
+    finally:
+        source.close()
+    assert refused and time.monotonic() - refusing["at"] >= 6.0
+    assert job.state == JobState.RUNNING and len(refused) >= 2, refused  # refused on more than one cycle
