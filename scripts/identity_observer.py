@@ -307,10 +307,10 @@ class IdentityObserver:
         self._api_clients: list[Any] = []
         self.pods: list[_Watch] = []
         self.trainjobs: list[_Watch] = []
-        for path in kubeconfigs:
+        names = cluster_names(kubeconfigs, context)
+        for path, name in zip(kubeconfigs, names, strict=True):
             api_client = config.new_client_from_config(config_file=path, context=context)
             self._api_clients.append(api_client)
-            name = _cluster_name(path, context, len(kubeconfigs))
             core, custom = client.CoreV1Api(api_client), client.CustomObjectsApi(api_client)
             self.pods.append(
                 _Watch(
@@ -427,12 +427,22 @@ def _records(watches: Iterable[_Watch]) -> list[dict[str, Any]]:
     return found
 
 
-def _cluster_name(kubeconfig: str, context: str | None, count: int) -> str:
-    """The name a cluster's records carry: the context used (several kubeconfigs), else "" (one cluster)."""
-    if count == 1:
-        return ""
-    if context:
-        return context
+def cluster_names(kubeconfigs: Sequence[str], context: str | None) -> list[str]:
+    """The names the clusters' records carry: "" for one cluster; else each kubeconfig's context (the one
+    given, or its current-context), and where two would carry the same one (the local planes' kubeconfigs all
+    say `dispatch-local`) the kubeconfig file's name without its suffix (worker-1), or its path. Distinct
+    names matter: resourceVersions compare only within one API server, and a TrainJob of one name on two
+    clusters (MultiKueue's copy) is not a duplicate."""
+    if len(kubeconfigs) == 1:
+        return [""]
+    names = [context or _current_context(path) for path in kubeconfigs]
+    if len(set(names)) == len(names):
+        return names
+    stems = [Path(path).name.split(".")[0] for path in kubeconfigs]
+    return stems if len(set(stems)) == len(stems) else [str(path) for path in kubeconfigs]
+
+
+def _current_context(kubeconfig: str) -> str:
     import yaml
 
     with open(kubeconfig) as f:

@@ -34,6 +34,8 @@ from jobs.submission.errors import TransientSubmitError
 from jobs.submission.leftovers import worker_leftovers_sweep
 from jobs.supervision import cycle
 from runtimes.models import AllowListEntry
+from scripts.identity_observer import IdentityObserver
+from scripts.identity_verdict import ranks_seen
 from tests.jobs.supervision.support import _evict, watching
 from tests.scripts.test_multikueue_planes import (  # noqa: F401 (fixtures)
     NAMESPACE,
@@ -303,9 +305,12 @@ def test_a_lost_worker_ends_the_attempt_cluster_lost_and_the_next_runs_as_a_new_
     "Admitting remote lost"), supervision ends attempt 1 `cluster-lost` on the manager's word alone and
     attempt 2 runs as a new TrainJob on the other worker. The tests' own pod watches on both workers see
     every rank identity run on one pod only (MultiKueue would have run the same TrainJob, DISPATCH_ATTEMPT=1,
-    on the other worker)."""
+    on the other worker), and so does the identity observer (scripts/identity_observer.py, which imports
+    nothing of dispatch) watching both workers through the outage: no violation, both attempts' ranks seen,
+    and the lost worker's watch errors recorded (it was watching while the worker was down)."""
     body = _multi_body()
     recorders = {w: Recorder(kube, NAMESPACE).start(kinds=("Pod",)) for w, kube in multikueue_planes.items()}
+    observer = IdentityObserver([str(STATE / "workers" / f"{w}.kubeconfig") for w in WORKERS]).start()
     watched: list[tuple[str, Recorder]] = []
     job_id = ""
     capture = django_capture_on_commit_callbacks
@@ -390,6 +395,14 @@ def test_a_lost_worker_ends_the_attempt_cluster_lost_and_the_next_runs_as_a_new_
     twice = {identity: runs for identity, runs in ran.items() if len(runs) > 1}
     assert twice == {}, f"rank identities run by more than one pod: {twice}"
     assert {str(lost_attempt), str(second["current_attempt"])} <= {attempt for attempt, _ in ran}, ran
+    observer.stop()
+    verdict = observer.verdict(namespaces={NAMESPACE})
+    assert verdict["ok"], verdict["violations"] + verdict["anomalies"]
+    assert verdict["watch"]["clusters"] == sorted(WORKERS)
+    attempts = (str(lost_attempt), str(second["current_attempt"]))
+    seen = ranks_seen(observer.records(), {(NAMESPACE, job_id, attempt): 2 for attempt in attempts})
+    assert all(seen[(NAMESPACE, job_id, attempt)] == 2 for attempt in attempts), seen
+    assert any(f" {lost} pods" in error for error in verdict["watch"]["errors"]), verdict["watch"]["errors"]
 
 
 @pytest.mark.django_db(transaction=True)

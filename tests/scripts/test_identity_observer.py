@@ -602,3 +602,24 @@ def test_session_and_job_ids_as_dispatch_makes_them_are_told_apart() -> None:
         session, job = _new_session_id(), new_job_id()
         v = judge([ran("u-s" + session, job=session), ran("u-j" + job, job=job)])
         assert (v["counts"]["session_pods"], v["counts"]["rank_pods"]) == (1, 1), (session, job)
+
+
+def test_clusters_whose_kubeconfigs_share_a_context_name_get_distinct_names(tmp_path: Path) -> None:
+    """The local planes' kubeconfigs (manager and workers) all say current-context `dispatch-local`: one
+    name for all would compare resourceVersions across API servers and take MultiKueue's copy of a TrainJob
+    for a duplicate. Each then carries its file's name; distinct contexts are kept as they are."""
+    from scripts.identity_observer import cluster_names
+
+    def kubeconfig(name: str, context: str) -> str:
+        path = tmp_path / name
+        path.write_text(f"apiVersion: v1\nkind: Config\ncurrent-context: {context}\n")
+        return str(path)
+
+    same = [
+        kubeconfig("worker-1.kubeconfig", "dispatch-local"),
+        kubeconfig("worker-2.kubeconfig", "dispatch-local"),
+    ]
+    assert cluster_names(same, None) == ["worker-1", "worker-2"]
+    distinct = [kubeconfig("a.kubeconfig", "east"), kubeconfig("b.kubeconfig", "west")]
+    assert cluster_names(distinct, None) == ["east", "west"]
+    assert cluster_names(distinct[:1], None) == [""]
