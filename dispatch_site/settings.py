@@ -250,6 +250,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 120.0,
         "options": {"expires": 120.0},
     },
+    # MultiKueue: what a lost worker still holds of the sessions that ended while it was lost, once back.
+    "session-leftovers-sweep": {
+        "task": "jobs.sessions.tasks.session_leftovers_sweep",
+        "schedule": 120.0,
+        "options": {"expires": 120.0},
+    },
     # Sessions whose watcher message was lost, closing sessions, expired sessions (jobs.sessions).
     "sessions-sweep": {
         "task": "jobs.sessions.tasks.sessions_sweep",

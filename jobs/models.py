@@ -371,6 +371,9 @@ class Session(models.Model):
     # its pods, and its commands, are there.
     workers = models.JSONField(default=list, blank=True)
     cluster = models.CharField(max_length=253, blank=True, default="")
+    # When dispatch found that worker lost (Kueue evicted the session's Workload for it: jobs.sessions.lost):
+    # the session ended then, and that worker is looked at for its leftovers once it answers again.
+    worker_lost_at = models.DateTimeField(null=True, blank=True)
     # When the cluster first accepted the stop of the session's TrainJob, as it closes (jobs.stopping): the
     # TrainJob is deleted once stopped, or STOP_WAIT_SECONDS after this.
     stop_accepted_at = models.DateTimeField(null=True, blank=True)

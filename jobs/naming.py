@@ -134,3 +134,10 @@ PREBUILT_WORKLOAD: Final = "kueue.x-k8s.io/prebuilt-workload-name"
 
 # Kueue's label on a Workload: the UID of the job (here the TrainJob) it was made for.
 WORKLOAD_JOB_UID_LABEL: Final = "kueue.x-k8s.io/job-uid"
+
+# MultiKueue, the admitting worker unreachable past workerLostTimeout: its check goes Retry with this message
+# (kueue v0.19.2 pkg/controller/admissionchecks/multikueue/workload.go), and the Workload is evicted with
+# reason AdmissionCheck, `Evicted due to AdmissionCheck in Retry state: "<check>" (Admitting remote lost)`
+# (pkg/controller/core/workload_controller.go). The eviction clears status.clusterName. A job's attempt and a
+# session alike end on it (cause `cluster-lost`).
+WORKER_LOST: Final = "Admitting remote lost"

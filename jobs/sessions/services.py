@@ -458,13 +458,25 @@ def session_close_observe(*, session_id: str) -> Session | None:
         left = leftover_pods(labelled, session_chain(session, labelled)) if labelled else []
     except ClusterError as exc:
         logger.warning("session %s: closing: %s", session.id, exc)
-        if not (timed_out and session.cluster):
+        if not ((timed_out or session.worker_lost_at) and session.cluster):
             return session
-        # Its worker is lost: MultiKueue's garbage collector removes its TrainJob copy there once it is back.
+        # Its worker is lost: MultiKueue's garbage collector, or dispatch's leftovers sweep
+        # (jobs.sessions.lost), removes its TrainJob copy there once it is back. A worker Kueue declared lost
+        # is not waited for.
         left, unread = [], f"; its worker {session.cluster} could not be read ({exc.message})"
     now = timezone.now()
     if not trainjob and not copy and not left and not unread:
         session_set_state(session, {SessionState.CLOSING}, SessionState.CLOSED, closed_at=now)
+    elif unread and not timed_out and not trainjob and not copy:
+        why = unread.split(" could not be read ", 1)[-1]
+        warning = (
+            f"its worker {session.cluster} was lost (Kueue evicted the session's Workload; at close it could "
+            f"not be read: {why.removeprefix('(').removesuffix(')')}): its TrainJob copy and pods there are "
+            "removed once it answers again"
+        )
+        session_set_state(
+            session, {SessionState.CLOSING}, SessionState.CLOSED, closed_at=now, warning=warning
+        )
     elif timed_out:
         still = ", ".join(p.name for p in left) or "none"
         warning = (

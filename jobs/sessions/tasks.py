@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from jobs import enqueue
-from jobs.sessions import services
+from jobs.sessions import lost, services
 
 # A watcher looks for this long, then hands over to a fresh delivery, so a slow start never holds a worker
 # for the whole open timeout.
@@ -31,5 +31,13 @@ def session_close_watch(session_id: str) -> None:
 
 @shared_task(name=enqueue.SESSIONS_SWEEP, ignore_result=True)
 def sessions_sweep() -> None:
-    """Beat: sessions whose watcher message was lost, closing ones, expired ones, trainer pods."""
+    """Beat: sessions whose MultiKueue worker is lost (first: they end, however their pods look), then those
+    whose watcher message was lost, closing ones, expired ones, trainer pods."""
+    lost.sessions_worker_lost_sweep()
     services.sessions_sweep()
+
+
+@shared_task(name=enqueue.SESSION_LEFTOVERS_SWEEP, ignore_result=True)
+def session_leftovers_sweep() -> None:
+    """Beat: what a lost worker still holds of the sessions that ended while it was lost, once back."""
+    lost.session_leftovers_sweep()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from jobs.naming import kueue_mark_key
+from jobs.naming import WORKER_LOST, kueue_mark_key
 from jobs.supervision.status.model import (
     CANCELLED,
     CLUSTER_LOST,
@@ -40,13 +40,6 @@ class KueueEviction:
     message: str
     evidence: list[dict[str, Any]]
     act: dict[str, Any] | None = None  # the deactivation the cycle must do (None: nothing left to do)
-
-
-# MultiKueue, the admitting worker unreachable past workerLostTimeout: its check goes Retry with this message
-# (kueue v0.19.2 pkg/controller/admissionchecks/multikueue/workload.go), and the Workload is evicted with
-# reason AdmissionCheck, `Evicted due to AdmissionCheck in Retry state: "<check>" (Admitting remote lost)`
-# (pkg/controller/core/workload_controller.go). The eviction clears status.clusterName.
-WORKER_LOST = "Admitting remote lost"
 
 
 def _eviction_cause(reason: str, message: str = "") -> str:

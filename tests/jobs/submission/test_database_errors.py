@@ -27,7 +27,9 @@ TASKS: dict[str, tuple[str, str, tuple[Any, ...]]] = {
     enqueue.SUPERVISE: ("jobs.supervision.tasks", "watcher_alive", ()),
     enqueue.SESSION_WATCH: ("jobs.sessions.services", "session_watch", ("s1",)),
     enqueue.SESSION_CLOSE_WATCH: ("jobs.sessions.services", "session_watch", ("s1",)),
-    enqueue.SESSIONS_SWEEP: ("jobs.sessions.services", "sessions_sweep", ()),
+    # The sessions sweep first looks for sessions whose MultiKueue worker is lost (jobs.sessions.lost).
+    enqueue.SESSIONS_SWEEP: ("jobs.sessions.lost", "sessions_worker_lost_sweep", ()),
+    enqueue.SESSION_LEFTOVERS_SWEEP: ("jobs.sessions.lost", "session_leftovers_sweep", ()),
     enqueue.WEBHOOKS_FANOUT: ("jobs.observability.webhooks", "fanout", ()),
     enqueue.WEBHOOK_DELIVER: ("jobs.observability.webhooks", "delivery_send", (1,)),
     enqueue.WEBHOOKS_SWEEP: ("jobs.observability.webhooks", "sweep", ()),
